@@ -1,0 +1,199 @@
+"""Settings: a TOML file overridden by BRIDGE_<SECTION>__<KEY> environment variables."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+DEFAULT_CONFIG_PATH = Path("config.toml")
+_OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Bridge, a helpful assistant reachable from chat apps. Answer concisely. "
+    "Use tools when they help; after a tool result, answer the user instead of calling the same tool again."
+)
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for the operator: which key, and why."""
+
+
+class _Section(BaseModel):
+    # A typo in a key is an error that names the key, not a silently ignored setting.
+    model_config = ConfigDict(extra="forbid")
+
+
+class LLMSettings(_Section):
+    provider: Literal["openai"] = "openai"
+    base_url: str | None = None
+    api_key: SecretStr = SecretStr("")
+    model: str = "gpt-4o-mini"
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=10)
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_tokens: int | None = Field(None, gt=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("must be an http:// or https:// URL, such as http://127.0.0.1:8080/v1")
+        return value.rstrip("/")
+
+
+class StorageSettings(_Section):
+    path: Path = Path("data/bridge.db")
+
+
+class ToolsSettings(_Section):
+    workspace: Path = Path("data/workspace")
+    allow_private_network: bool = False
+    default_timeout_s: float = Field(30.0, gt=0)
+    # Per-tool overrides of default_timeout_s, e.g. { webfetch = 20 }.
+    timeouts: dict[str, float] = Field(default_factory=dict)
+    # JSON manifests (files or folders of *.json) that define extra tool groups.
+    manifests: list[Path] = Field(default_factory=list)
+    web_max_bytes: int = Field(2_000_000, gt=0)
+    web_max_chars: int = Field(20_000, gt=0)
+    file_max_bytes: int = Field(1_000_000, gt=0)
+    # Tool or group names the model never sees, e.g. ["web", "write_file"].
+    disabled: list[str] = Field(default_factory=list)
+
+
+class AgentSettings(_Section):
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_iterations: int = Field(12, ge=1, le=200)
+    history_limit: int = Field(60, ge=2, le=10_000)
+    max_tool_result_chars: int = Field(8_000, ge=200)
+    run_timeout_s: float = Field(300.0, gt=0)
+    memory_limit: int = Field(20, ge=0, le=500)
+    timezone: str = "UTC"
+    max_concurrent_runs: int = Field(8, ge=1, le=1000)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not an IANA time zone such as 'Europe/Berlin'") from None
+        return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="BRIDGE_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
+    )
+
+    owners: list[str] = Field(default_factory=list)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    tools: ToolsSettings = Field(default_factory=ToolsSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+
+    @field_validator("owners")
+    @classmethod
+    def _owner_ids(cls, value: list[str]) -> list[str]:
+        for owner in value:
+            if not _OWNER_RE.match(owner):
+                raise ValueError(f"{owner!r} is not of the form surface:user_id, e.g. 'telegram:42'")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's values arrive as init kwargs; the environment overrides them.
+        return (env_settings, init_settings)
+
+
+def resolve_config_path(path: Path | None) -> Path | None:
+    """--config PATH if given, else ./config.toml if present, else None (defaults)."""
+    if path is not None:
+        return path
+    return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read the effective settings, raising ConfigError that names the bad key and why."""
+    path = resolve_config_path(path)
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+
+
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    where = str(path) if path else "configuration"
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(part) for part in err["loc"]) or "(root)"
+        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{where}: {key}: {reason}")
+    return "\n".join(lines)
+
+
+REDACTED = "<redacted>"
+
+
+def render_settings(settings: Settings) -> str:
+    """The effective settings as TOML, with every secret redacted."""
+    top: list[str] = []
+    sections: list[str] = []
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, BaseModel):
+            lines = [f"[{name}]"]
+            for sub_name in type(value).model_fields:
+                sub = getattr(value, sub_name)
+                lines.append(
+                    f"{sub_name} = {_toml_value(sub)}" if sub is not None else f"# {sub_name} is unset"
+                )
+            sections.append("\n".join(lines))
+        else:
+            top.append(f"{name} = {_toml_value(value)}")
+    return "\n".join(top) + "\n\n" + "\n\n".join(sections) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, SecretStr):
+        return _toml_value(REDACTED if value.get_secret_value() else "")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, Path):
+        return _toml_value(str(value))
+    if isinstance(value, str):
+        # A JSON string is a valid TOML basic string (same escapes).
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot render {type(value).__name__} as TOML")
