@@ -1,0 +1,136 @@
+"""The Store protocol and the rows it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StoreError(Exception):
+    """The database cannot be used (corrupt, locked by another version, unwritable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    id: str
+    key: str
+    created_at: float
+    updated_at: float
+    ended_at: float | None = None
+    surface: str | None = None
+    chat_type: str | None = None
+    display_name: str | None = None
+    send_policy: str | None = None
+    last_route: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.ended_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMeta:
+    """What an inbound message tells us about the place a session lives in."""
+
+    surface: str | None = None
+    chat_type: str | None = None
+    display_name: str | None = None
+    last_route: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    id: int
+    session_id: str
+    kind: str  # user | assistant | tool_call | tool_result
+    content: str
+    created_at: float
+    run_id: str | None = None
+    step: int | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    tool_input: str | None = None
+    tool_status: str | None = None
+    sender: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExchange:
+    """A tool call and its result, written together so history never holds an orphan."""
+
+    call_id: str
+    tool_name: str
+    tool_input: str
+    result: str
+    status: str  # success | error
+    step: int
+    # The model's text that came with the call, kept so replay shows what it said.
+    preamble: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    id: str
+    session_id: str
+    status: str  # running | ok | error | aborted | cancelled
+    started_at: float
+    channel: str | None = None
+    input_hash: str | None = None
+    ended_at: float | None = None
+    iterations: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """A session for listings: its row plus counts that cost one query."""
+
+    session: SessionRow
+    message_count: int
+
+
+class Store(Protocol):
+    """Durable sessions, structured history, runs and memories."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+
+    # sessions
+    async def active_session(self, key: str) -> SessionRow | None: ...
+    async def ensure_active_session(self, key: str, meta: SessionMeta | None = None) -> SessionRow: ...
+    async def start_new_session(self, key: str, meta: SessionMeta | None = None) -> SessionRow: ...
+    async def get_session(self, session_id: str) -> SessionRow | None: ...
+    async def list_sessions(
+        self, *, limit: int, active_since: float | None = None, active_only: bool = True
+    ) -> list[SessionSummary]: ...
+
+    # messages
+    async def add_user_message(
+        self, session_id: str, content: str, *, sender: str | None = None, platform_msg_id: str | None = None
+    ) -> int | None: ...
+    async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int: ...
+    async def add_tool_exchange(self, session_id: str, run_id: str, exchange: ToolExchange) -> None: ...
+    async def history(self, session_id: str, limit: int) -> list[MessageRow]: ...
+    async def count_messages(self, session_id: str) -> int: ...
+    async def search_messages(self, session_id: str, query: str, limit: int) -> list[MessageRow]: ...
+    async def loaded_groups(self, session_id: str) -> set[str]: ...
+
+    # runs
+    async def start_run(self, run_id: str, session_id: str, channel: str | None, input_hash: str) -> None: ...
+    async def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        iterations: int = 0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        error: str | None = None,
+    ) -> None: ...
+    async def get_run(self, run_id: str) -> RunRow | None: ...
+
+    # memories
+    async def add_memory(self, scope: str, content: str) -> int: ...
+    async def memories(self, scope: str, limit: int) -> list[str]: ...

@@ -1,0 +1,77 @@
+"""Versioned schema migrations, tracked by SQLite's user_version."""
+
+from __future__ import annotations
+
+# Each entry moves the schema from version i to i + 1. Never edit a shipped entry: append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE sessions (
+        id           TEXT PRIMARY KEY,
+        key          TEXT NOT NULL,
+        created_at   REAL NOT NULL,
+        updated_at   REAL NOT NULL,
+        ended_at     REAL,
+        surface      TEXT,
+        chat_type    TEXT,
+        display_name TEXT,
+        send_policy  TEXT CHECK (send_policy IN ('allow', 'deny')),
+        verbosity    TEXT,
+        last_route   TEXT
+    );
+    -- The database itself guarantees one active session per key.
+    CREATE UNIQUE INDEX sessions_one_active_per_key ON sessions (key) WHERE ended_at IS NULL;
+    CREATE INDEX sessions_by_key ON sessions (key, created_at);
+    CREATE INDEX sessions_by_updated ON sessions (updated_at);
+
+    CREATE TABLE runs (
+        id                TEXT PRIMARY KEY,
+        session_id        TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        status            TEXT NOT NULL,
+        channel           TEXT,
+        input_hash        TEXT,
+        started_at        REAL NOT NULL,
+        ended_at          REAL,
+        iterations        INTEGER NOT NULL DEFAULT 0,
+        prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        error             TEXT,
+        trace             TEXT
+    );
+    CREATE INDEX runs_by_session ON runs (session_id, started_at);
+    CREATE INDEX runs_by_status ON runs (status) WHERE status = 'running';
+
+    CREATE TABLE messages (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id      TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        run_id          TEXT REFERENCES runs (id) ON DELETE SET NULL,
+        step            INTEGER,
+        kind            TEXT NOT NULL CHECK (kind IN ('user', 'assistant', 'tool_call', 'tool_result')),
+        content         TEXT NOT NULL DEFAULT '',
+        tool_name       TEXT,
+        tool_call_id    TEXT,
+        tool_input      TEXT,
+        tool_status     TEXT CHECK (tool_status IN ('success', 'error')),
+        sender          TEXT,
+        platform_msg_id TEXT,
+        created_at      REAL NOT NULL
+    );
+    CREATE INDEX messages_by_session ON messages (session_id, id);
+    -- A platform that redelivers a message (restart, webhook retry) must not start a second run.
+    CREATE UNIQUE INDEX messages_platform_once ON messages (platform_msg_id)
+        WHERE platform_msg_id IS NOT NULL;
+    -- Loaded groups are derived from history with this partial index: the query touches only the
+    -- session's successful loads, so its cost does not grow with the length of the session.
+    CREATE INDEX messages_group_loads ON messages (session_id)
+        WHERE kind = 'tool_call' AND tool_name = 'load_tool_group' AND tool_status = 'success';
+
+    CREATE TABLE memories (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        scope      TEXT NOT NULL,
+        content    TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX memories_by_scope ON memories (scope, id);
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,374 @@
+"""The SQLite store on aiosqlite: WAL, foreign keys, migrations, one writer at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from bridge.store.base import (
+    MessageRow,
+    RunRow,
+    SessionMeta,
+    SessionRow,
+    SessionSummary,
+    StoreError,
+    ToolExchange,
+)
+from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
+
+_SESSION_COLS = (
+    "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route"
+)
+_MESSAGE_COLS = (
+    "id, session_id, kind, content, created_at, run_id, step, tool_name, tool_call_id, tool_input, "
+    "tool_status, sender"
+)
+_RUN_COLS = (
+    "id, session_id, status, started_at, channel, input_hash, ended_at, iterations, prompt_tokens, "
+    "completion_tokens, error"
+)
+
+
+def new_id() -> str:
+    return secrets.token_hex(8)
+
+
+class SQLiteStore:
+    """Store on one aiosqlite connection; writes are serialised so transactions never interleave."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._db: aiosqlite.Connection | None = None
+        # One connection is shared by every task: a write lock keeps one task's statements out of
+        # another task's open transaction.
+        self._write = asyncio.Lock()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = await aiosqlite.connect(self.path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc}") from None
+        self._db = db
+        db.row_factory = sqlite3.Row
+        try:
+            await db.execute("PRAGMA journal_mode = WAL")
+            await db.execute("PRAGMA foreign_keys = ON")
+            # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last commit.
+            await db.execute("PRAGMA synchronous = NORMAL")
+            await db.execute("PRAGMA busy_timeout = 5000")
+            await self._migrate()
+        except sqlite3.DatabaseError as exc:
+            await self.close()
+            raise StoreError(f"database {self.path} is not usable: {exc}") from None
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreError("store is not open")
+        return self._db
+
+    async def _migrate(self) -> None:
+        version = await self._scalar("PRAGMA user_version")
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {self.path} has schema version {version}, newer than this Bridge "
+                f"understands ({SCHEMA_VERSION}); upgrade Bridge or use another [storage] path"
+            )
+        for index in range(version, SCHEMA_VERSION):
+            async with self._transaction() as db:
+                for statement in _statements(MIGRATIONS[index]):
+                    await db.execute(statement)
+                await db.execute(f"PRAGMA user_version = {index + 1}")
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._write:
+            db = self.db
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            await db.execute("COMMIT")
+
+    async def _scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        async with self.db.execute(sql, tuple(params)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else row[0]
+
+    async def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        async with self.db.execute(sql, tuple(params)) as cur:
+            return list(await cur.fetchall())
+
+    # ---------------------------------------------------------------- sessions
+
+    async def active_session(self, key: str) -> SessionRow | None:
+        rows = await self._rows(
+            f"SELECT {_SESSION_COLS} FROM sessions WHERE key = ? AND ended_at IS NULL", (key,)
+        )
+        return SessionRow(*rows[0]) if rows else None
+
+    async def ensure_active_session(self, key: str, meta: SessionMeta | None = None) -> SessionRow:
+        found = await self.active_session(key)
+        if found is not None:
+            if meta is not None and _meta_differs(found, meta):
+                return await self._update_meta(found, meta)
+            return found
+        async with self._transaction() as db:
+            return await self._insert_session(db, key, meta)
+
+    async def start_new_session(self, key: str, meta: SessionMeta | None = None) -> SessionRow:
+        previous = await self.active_session(key)
+        if meta is None and previous is not None:
+            meta = SessionMeta(
+                previous.surface, previous.chat_type, previous.display_name, previous.last_route
+            )
+        async with self._transaction() as db:
+            await db.execute(
+                "UPDATE sessions SET ended_at = ? WHERE key = ? AND ended_at IS NULL", (time.time(), key)
+            )
+            return await self._insert_session(db, key, meta)
+
+    async def _insert_session(
+        self, db: aiosqlite.Connection, key: str, meta: SessionMeta | None
+    ) -> SessionRow:
+        meta = meta or SessionMeta()
+        now = time.time()
+        row = SessionRow(
+            id=new_id(),
+            key=key,
+            created_at=now,
+            updated_at=now,
+            surface=meta.surface,
+            chat_type=meta.chat_type,
+            display_name=meta.display_name,
+            last_route=meta.last_route,
+        )
+        await db.execute(
+            "INSERT INTO sessions (id, key, created_at, updated_at, surface, chat_type, display_name, "
+            "last_route) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (row.id, key, now, now, row.surface, row.chat_type, row.display_name, row.last_route),
+        )
+        return row
+
+    async def _update_meta(self, session: SessionRow, meta: SessionMeta) -> SessionRow:
+        merged = SessionMeta(
+            meta.surface or session.surface,
+            meta.chat_type or session.chat_type,
+            meta.display_name or session.display_name,
+            meta.last_route or session.last_route,
+        )
+        async with self._transaction() as db:
+            await db.execute(
+                "UPDATE sessions SET surface = ?, chat_type = ?, display_name = ?, last_route = ? "
+                "WHERE id = ?",
+                (merged.surface, merged.chat_type, merged.display_name, merged.last_route, session.id),
+            )
+        found = await self.get_session(session.id)
+        assert found is not None
+        return found
+
+    async def get_session(self, session_id: str) -> SessionRow | None:
+        rows = await self._rows(f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (session_id,))
+        return SessionRow(*rows[0]) if rows else None
+
+    async def list_sessions(
+        self, *, limit: int, active_since: float | None = None, active_only: bool = True
+    ) -> list[SessionSummary]:
+        where, params = ["1 = 1"], []
+        if active_only:
+            where.append("s.ended_at IS NULL")
+        if active_since is not None:
+            where.append("s.updated_at >= ?")
+            params.append(active_since)
+        rows = await self._rows(
+            f"SELECT {', '.join('s.' + c.strip() for c in _SESSION_COLS.split(','))}, "
+            "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) "
+            f"FROM sessions s WHERE {' AND '.join(where)} ORDER BY s.updated_at DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [SessionSummary(SessionRow(*row[:-1]), row[-1]) for row in rows]
+
+    # ---------------------------------------------------------------- messages
+
+    async def add_user_message(
+        self, session_id: str, content: str, *, sender: str | None = None, platform_msg_id: str | None = None
+    ) -> int | None:
+        """Store a user message; None when the platform message id was stored before (a redelivery)."""
+        try:
+            async with self._transaction() as db:
+                return await self._insert_message(
+                    db, session_id, "user", content, sender=sender, platform_msg_id=platform_msg_id
+                )
+        except sqlite3.IntegrityError as exc:
+            if platform_msg_id is not None and "platform_msg_id" in str(exc):
+                return None
+            raise
+
+    async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int:
+        async with self._transaction() as db:
+            return await self._insert_message(db, session_id, "assistant", content, run_id=run_id)
+
+    async def add_tool_exchange(self, session_id: str, run_id: str, exchange: ToolExchange) -> None:
+        async with self._transaction() as db:
+            common = {"run_id": run_id, "step": exchange.step, "tool_name": exchange.tool_name}
+            await self._insert_message(
+                db,
+                session_id,
+                "tool_call",
+                exchange.preamble,
+                tool_call_id=exchange.call_id,
+                tool_input=exchange.tool_input,
+                tool_status=exchange.status,
+                **common,
+            )
+            await self._insert_message(
+                db,
+                session_id,
+                "tool_result",
+                exchange.result,
+                tool_call_id=exchange.call_id,
+                tool_status=exchange.status,
+                **common,
+            )
+
+    async def _insert_message(
+        self, db: aiosqlite.Connection, session_id: str, kind: str, content: str, **fields: Any
+    ) -> int:
+        now = time.time()
+        columns = ["session_id", "kind", "content", "created_at", *fields]
+        cursor = await db.execute(
+            f"INSERT INTO messages ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+            (session_id, kind, content, now, *fields.values()),
+        )
+        await db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    async def history(self, session_id: str, limit: int) -> list[MessageRow]:
+        rows = await self._rows(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?",
+            (session_id, limit),
+        )
+        return [MessageRow(*row) for row in reversed(rows)]
+
+    async def count_messages(self, session_id: str) -> int:
+        return int(await self._scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)))
+
+    async def search_messages(self, session_id: str, query: str, limit: int) -> list[MessageRow]:
+        pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = await self._rows(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE session_id = ? AND kind IN ('user', 'assistant') "
+            "AND content LIKE ? ESCAPE '\\' ORDER BY id DESC LIMIT ?",
+            (session_id, pattern, limit),
+        )
+        return [MessageRow(*row) for row in rows]
+
+    async def loaded_groups(self, session_id: str) -> set[str]:
+        """Groups loaded anywhere in the session's history: one query on a partial index."""
+        rows = await self._rows(
+            "SELECT DISTINCT CASE WHEN json_valid(tool_input) "
+            "THEN json_extract(tool_input, '$.group_name') END FROM messages "
+            "WHERE session_id = ? AND kind = 'tool_call' AND tool_name = 'load_tool_group' "
+            "AND tool_status = 'success'",
+            (session_id,),
+        )
+        # Malformed or non-string inputs come back as NULL or numbers and are skipped.
+        return {row[0] for row in rows if isinstance(row[0], str) and row[0]}
+
+    # ---------------------------------------------------------------- runs
+
+    async def start_run(self, run_id: str, session_id: str, channel: str | None, input_hash: str) -> None:
+        async with self._transaction() as db:
+            await db.execute(
+                "INSERT INTO runs (id, session_id, status, channel, input_hash, started_at) "
+                "VALUES (?, ?, 'running', ?, ?, ?)",
+                (run_id, session_id, channel, input_hash, time.time()),
+            )
+
+    async def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        iterations: int = 0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        error: str | None = None,
+    ) -> None:
+        async with self._transaction() as db:
+            await db.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, iterations = ?, prompt_tokens = ?, "
+                "completion_tokens = ?, error = ? WHERE id = ?",
+                (status, time.time(), iterations, prompt_tokens, completion_tokens, error, run_id),
+            )
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,))
+        return RunRow(*rows[0]) if rows else None
+
+    # ---------------------------------------------------------------- memories
+
+    async def add_memory(self, scope: str, content: str) -> int:
+        async with self._transaction() as db:
+            cursor = await db.execute(
+                "INSERT INTO memories (scope, content, created_at) VALUES (?, ?, ?)",
+                (scope, content, time.time()),
+            )
+            assert cursor.lastrowid is not None
+            return cursor.lastrowid
+
+    async def memories(self, scope: str, limit: int) -> list[str]:
+        rows = await self._rows(
+            "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?", (scope, limit)
+        )
+        return [row[0] for row in reversed(rows)]
+
+
+def _meta_differs(session: SessionRow, meta: SessionMeta) -> bool:
+    return any(
+        new is not None and new != old
+        for new, old in (
+            (meta.surface, session.surface),
+            (meta.chat_type, session.chat_type),
+            (meta.display_name, session.display_name),
+            (meta.last_route, session.last_route),
+        )
+    )
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements; sqlite3.complete_statement respects quotes and comments."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements
+
+
+def dumps(value: Any) -> str:
+    """JSON as stored in tool_input: compact and stable."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
