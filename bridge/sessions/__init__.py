@@ -1,0 +1,1 @@
+"""Session keys and the session service: one active session per key."""
