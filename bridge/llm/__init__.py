@@ -1,0 +1,1 @@
+"""Model providers behind one narrow seam."""

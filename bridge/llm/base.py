@@ -1,0 +1,60 @@
+"""The Provider seam: structured chat messages in, a completion with tool calls out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call as the model asked for it; `arguments` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One structured message of the conversation sent to the model."""
+
+    role: str  # system | user | assistant | tool
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The model's answer: text, tool calls, or both."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    raw: dict[str, Any] | None = None
+
+
+class ProviderError(Exception):
+    """A model request that failed for good; `message` is fit to show the user."""
+
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+
+
+class Provider(Protocol):
+    """A chat model. `tools` are OpenAI function-tool schemas; empty means no tools offered."""
+
+    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,19 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.fakes.openai_server import FakeOpenAI
+
+
+@pytest.fixture
+async def fake_llm(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
+    """A started FakeOpenAI; script it with fake_llm.push(...) and point LLMSettings at .base_url."""
+    # httpx honours proxy variables even for loopback, so keep requests to the fake off any proxy.
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    async with FakeOpenAI() as server:
+        yield server
