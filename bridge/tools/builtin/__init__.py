@@ -1,0 +1,1 @@
+"""Built-in tools: core tools and the sessions, files and web groups."""

@@ -1,0 +1,325 @@
+"""The `files` tool group: read, write and list files confined to the bot's workspace folder."""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import os
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolHandler, ToolResult, params
+
+# A recursive listing of a big tree would flood the model's context; this is plenty to orient it.
+MAX_LIST_ENTRIES = 500
+
+
+class OutsideWorkspaceError(Exception):
+    """A user-supplied path that resolves outside the workspace root."""
+
+
+class _ArgumentError(Exception):
+    """A bad tool argument, carried to the handler's boundary as a ToolResult."""
+
+    def __init__(self, result: ToolResult) -> None:
+        super().__init__(result.content)
+        self.result = result
+
+
+def resolve_in_workspace(root: Path, user_path: str) -> Path:
+    """The real path `user_path` names inside `root`, or OutsideWorkspaceError if it escapes.
+
+    resolve() follows every symlink that exists, in the target and in any parent folder, and
+    collapses `..`, so one is_relative_to check on the result covers traversal, absolute paths
+    and escaping links alike. A dangling link is followed to where it points, so writing through
+    a link to a not-yet-existing file outside is refused too.
+    """
+    real_root = root.resolve()
+    # An absolute user_path replaces real_root in the join; it then passes only if it lies inside.
+    candidate = (real_root / user_path).resolve()
+    if not candidate.is_relative_to(real_root):
+        raise OutsideWorkspaceError(f"'{user_path}' is outside the workspace; use a path relative to it.")
+    return candidate
+
+
+def _workspace(ctx: ToolContext) -> Path:
+    root = Path(ctx.settings.tools.workspace)
+    # Created lazily so a bot that never touches files leaves no folder behind.
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()
+
+
+def _display(root: Path, path: Path) -> str:
+    """The workspace-relative form the model can pass back to another call."""
+    return path.relative_to(root).as_posix()
+
+
+def _str_arg(args: dict[str, Any], name: str, default: str | None = None) -> str:
+    value = args.get(name, default)
+    if value is None:
+        message = f"Required parameter '{name}' is missing."
+        raise _ArgumentError(ToolResult.error("missing_parameter", message))
+    if not isinstance(value, str):
+        raise _ArgumentError(ToolResult.error("invalid_parameter", f"Parameter '{name}' must be a string."))
+    return value
+
+
+def _path_arg(args: dict[str, Any], default: str | None = None) -> str:
+    value = _str_arg(args, "path", default)
+    if value == "":
+        raise _ArgumentError(ToolResult.error("missing_parameter", "Required parameter 'path' is missing."))
+    # The OS would raise ValueError deep inside resolve(); say it plainly instead.
+    if "\x00" in value:
+        raise _ArgumentError(ToolResult.error("invalid_parameter", "Parameter 'path' contains a NUL byte."))
+    return value
+
+
+def _int_arg(args: dict[str, Any], name: str, default: int | None, minimum: int) -> int | None:
+    value = args.get(name)
+    if value is None:
+        return default
+    # Models sometimes send numbers as strings; bool is an int subclass but never a count.
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _ArgumentError(
+            ToolResult.error("invalid_parameter", f"Parameter '{name}' must be an integer >= {minimum}.")
+        )
+    return value
+
+
+def _bool_arg(args: dict[str, Any], name: str) -> bool:
+    value = args.get(name, False)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        message = f"Parameter '{name}' must be true or false."
+        raise _ArgumentError(ToolResult.error("invalid_parameter", message))
+    return value
+
+
+def _guarded(handler: ToolHandler) -> ToolHandler:
+    """Turn argument, confinement and OS errors into ToolResult values at one boundary."""
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            return await handler(args, ctx)
+        except _ArgumentError as exc:
+            return exc.result
+        except OutsideWorkspaceError as exc:
+            return ToolResult.error("outside_workspace", str(exc))
+        except FileNotFoundError:
+            # exc.filename is the absolute path; the model only knows workspace-relative ones.
+            return ToolResult.error("not_found", "No such file or folder.")
+        except IsADirectoryError:
+            return ToolResult.error("is_directory", "That path is a folder; use list_files to see inside it.")
+        except NotADirectoryError:
+            return ToolResult.error("not_a_directory", "A part of that path is a file, not a folder.")
+        except PermissionError:
+            return ToolResult.error("permission_denied", "Permission denied by the operating system.")
+        except OSError as exc:
+            return ToolResult.error("io_error", exc.strerror or str(exc))
+
+    return run
+
+
+# --- read_file ---------------------------------------------------------------------------------
+
+
+def _read(root: Path, target: Path, offset: int, limit: int | None, max_bytes: int) -> ToolResult:
+    rel = _display(root, target)
+    if not target.exists():
+        return ToolResult.error("not_found", f"No such file: '{rel}'.")
+    if target.is_dir():
+        return ToolResult.error("is_directory", f"'{rel}' is a folder; use list_files to see inside it.")
+    with target.open("rb") as fh:
+        # One byte past the cap tells us whether there was more without reading it all.
+        data = fh.read(max_bytes + 1)
+    truncated = len(data) > max_bytes
+    data = data[:max_bytes]
+    if b"\x00" in data:
+        return ToolResult.error("binary_file", f"'{rel}' looks like a binary file; only text can be read.")
+    try:
+        # Not final when truncated: the cap may split a multi-byte character, which is not an error.
+        text = codecs.getincrementaldecoder("utf-8")().decode(data, final=not truncated)
+    except UnicodeDecodeError:
+        return ToolResult.error("not_text", f"'{rel}' is not UTF-8 text; only text files can be read.")
+
+    lines = text.splitlines(keepends=True)
+    notes: list[str] = []
+    if truncated:
+        notes.append(f"[truncated: the file is larger than {max_bytes} bytes; only the start was read]")
+    if offset or limit is not None:
+        if offset >= len(lines) and lines:
+            return ToolResult.success(f"[offset {offset} is past the end: '{rel}' has {len(lines)} lines]")
+        end = len(lines) if limit is None else min(len(lines), offset + limit)
+        text = "".join(lines[offset:end])
+        if offset or end < len(lines):
+            notes.append(f"[lines {offset}-{end - 1} (0-based) of {len(lines)}]")
+    if notes:
+        text = text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(notes)
+    return ToolResult.success(text)
+
+
+@_guarded
+async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    user_path = _path_arg(args)
+    offset = _int_arg(args, "offset", 0, minimum=0) or 0
+    limit = _int_arg(args, "limit", None, minimum=1)
+    root = _workspace(ctx)
+    target = resolve_in_workspace(root, user_path)
+    return await asyncio.to_thread(_read, root, target, offset, limit, ctx.settings.tools.file_max_bytes)
+
+
+read_file = Tool(
+    name="read_file",
+    description=(
+        "Read a UTF-8 text file from the workspace folder. Use offset and limit (in lines) to read "
+        "part of a long file. Binary files are refused."
+    ),
+    parameters=params(
+        {
+            "path": {"type": "string", "description": "Path relative to the workspace, e.g. notes/todo.md"},
+            "offset": {"type": "integer", "minimum": 0, "description": "First line to return, 0-based."},
+            "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."},
+        },
+        required=["path"],
+    ),
+    run=_read_file,
+)
+
+
+# --- write_file --------------------------------------------------------------------------------
+
+
+def _write(root: Path, target: Path, data: bytes, append: bool) -> ToolResult:
+    rel = _display(root, target)
+    if target.is_dir():
+        return ToolResult.error("is_directory", f"'{rel}' is a folder; give a file path to write.")
+    # target is resolved and inside root, so every parent created here is inside root too.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    # O_NOFOLLOW closes the gap where a link appears at the target between the check and the open.
+    flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(target, flags, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    verb = "Appended" if append else "Wrote"
+    return ToolResult.success(f"{verb} {len(data)} bytes to '{rel}'.")
+
+
+@_guarded
+async def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    user_path = _path_arg(args)
+    content = _str_arg(args, "content")
+    append = _bool_arg(args, "append")
+    data = content.encode("utf-8")
+    max_bytes = ctx.settings.tools.file_max_bytes
+    if len(data) > max_bytes:
+        return ToolResult.error(
+            "too_large", f"Content is {len(data)} bytes; the limit is {max_bytes} bytes (file_max_bytes)."
+        )
+    root = _workspace(ctx)
+    target = resolve_in_workspace(root, user_path)
+    return await asyncio.to_thread(_write, root, target, data, append)
+
+
+write_file = Tool(
+    name="write_file",
+    description=(
+        "Write a UTF-8 text file in the workspace folder, creating folders as needed. Replaces the "
+        "file unless append is true. Returns the number of bytes written."
+    ),
+    parameters=params(
+        {
+            "path": {"type": "string", "description": "Path relative to the workspace, e.g. notes/todo.md"},
+            "content": {"type": "string", "description": "The text to write."},
+            "append": {"type": "boolean", "description": "Add to the end instead of replacing the file."},
+        },
+        required=["path", "content"],
+    ),
+    run=_write_file,
+)
+
+
+# --- list_files --------------------------------------------------------------------------------
+
+
+def _entry(root: Path, entry: os.DirEntry[str]) -> dict[str, Any]:
+    rel = _display(root, Path(entry.path))
+    # Links are reported, not followed: following them could leak the size of files outside the
+    # workspace and loop forever on a link to an ancestor. read_file still works through a link
+    # that stays inside.
+    if entry.is_symlink():
+        return {"path": rel, "type": "symlink"}
+    if entry.is_dir(follow_symlinks=False):
+        return {"path": rel, "type": "dir"}
+    return {"path": rel, "type": "file", "size": entry.stat(follow_symlinks=False).st_size}
+
+
+def _list(root: Path, folder: Path, recursive: bool, cap: int) -> ToolResult:
+    rel = _display(root, folder)
+    if not folder.exists():
+        return ToolResult.error("not_found", f"No such folder: '{rel}'.")
+    if not folder.is_dir():
+        return ToolResult.error("not_a_directory", f"'{rel}' is a file; use read_file to read it.")
+
+    entries: list[dict[str, Any]] = []
+    truncated = False
+    # Shallow entries are collected first, so when the cap bites the model still sees the top
+    # levels; the final sort then puts each folder's contents right after the folder.
+    pending: deque[Path] = deque([folder])
+    while pending and not truncated:
+        current = pending.popleft()
+        with os.scandir(current) as it:
+            children = sorted(it, key=lambda e: e.name)
+        for child in children:
+            if len(entries) >= cap:
+                truncated = True
+                break
+            item = _entry(root, child)
+            entries.append(item)
+            if recursive and item["type"] == "dir":
+                pending.append(Path(child.path))
+    entries.sort(key=lambda e: e["path"])
+
+    result: dict[str, Any] = {"path": rel, "entries": entries}
+    if truncated:
+        result["truncated"] = True
+        result["note"] = f"Only the first {cap} entries are shown; list a subfolder to see more."
+    return ToolResult.success(result)
+
+
+@_guarded
+async def _list_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    user_path = _path_arg(args, default=".")
+    recursive = _bool_arg(args, "recursive")
+    root = _workspace(ctx)
+    folder = resolve_in_workspace(root, user_path)
+    return await asyncio.to_thread(_list, root, folder, recursive, MAX_LIST_ENTRIES)
+
+
+list_files = Tool(
+    name="list_files",
+    description=(
+        "List a folder in the workspace: each entry's path (relative to the workspace), type "
+        f"(dir, file or symlink) and size in bytes. At most {MAX_LIST_ENTRIES} entries."
+    ),
+    parameters=params(
+        {
+            "path": {"type": "string", "description": "Folder relative to the workspace; default '.'."},
+            "recursive": {"type": "boolean", "description": "Include everything below, not just children."},
+        }
+    ),
+    run=_list_files,
+)
+
+
+def files_group() -> ToolGroup:
+    """The `files` group: read_file, write_file and list_files, all confined to the workspace."""
+    return ToolGroup(
+        name="files",
+        description="Read, write and list files in the bot's workspace folder",
+        tools=(read_file, write_file, list_files),
+    )

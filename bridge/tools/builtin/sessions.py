@@ -1,0 +1,168 @@
+"""Group `sessions`: list sessions and read their history, without leaking chats to non-owners."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from bridge.sessions.keys import RESERVED_KEYS, SessionKeyError, kind
+from bridge.store.base import MessageRow, SessionRow
+from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, clamp_int, params
+
+KINDS = ("main", "group", "cron", "hook", "node", "other")
+LIST_MAX = 200
+LIST_MESSAGES_MAX = 20
+HISTORY_MAX = 200
+
+
+def session_kind(key: str) -> str:
+    try:
+        return kind(key)
+    except SessionKeyError:
+        return "other"
+
+
+def _message_dict(row: MessageRow) -> dict[str, Any]:
+    role = {"tool_call": "tool_call", "tool_result": "tool"}.get(row.kind, row.kind)
+    item: dict[str, Any] = {
+        "id": row.id,
+        "role": role,
+        "content": row.content,
+        "at": datetime.fromtimestamp(row.created_at, UTC).isoformat(timespec="seconds"),
+    }
+    if row.tool_name:
+        item.update(tool_name=row.tool_name, tool_call_id=row.tool_call_id, status=row.tool_status)
+    if row.kind == "tool_call":
+        item["input"] = row.tool_input
+    return item
+
+
+def _visible(ctx: ToolContext, session: SessionRow) -> bool:
+    # Only owners may look into other conversations; everyone else sees their own chat alone.
+    return ctx.sender_is_owner or session.key == ctx.session.key
+
+
+async def sessions_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    kinds = args.get("kinds")
+    if kinds is not None and (
+        not isinstance(kinds, list) or not all(isinstance(k, str) and k in KINDS for k in kinds)
+    ):
+        return ToolResult.error("invalid_parameter", f"'kinds' must be a list of: {', '.join(KINDS)}")
+    limit = clamp_int(args.get("limit"), default=50, high=LIST_MAX)
+    message_limit = clamp_int(args.get("message_limit"), default=0, low=0, high=LIST_MESSAGES_MAX)
+    active_minutes = args.get("active_minutes")
+    since = None
+    if (
+        isinstance(active_minutes, int | float)
+        and not isinstance(active_minutes, bool)
+        and active_minutes > 0
+    ):
+        since = time.time() - active_minutes * 60
+    summaries = await ctx.store.list_sessions(limit=LIST_MAX, active_since=since)
+    rows: list[dict[str, Any]] = []
+    for summary in summaries:
+        session = summary.session
+        session_kind_ = session_kind(session.key)
+        if session.key in RESERVED_KEYS or not _visible(ctx, session):
+            continue
+        if kinds is not None and session_kind_ not in kinds:
+            continue
+        row: dict[str, Any] = {
+            "key": session.key,
+            "kind": session_kind_,
+            "provider": session.surface
+            or ("internal" if session_kind_ in ("cron", "hook", "node") else "unknown"),
+            "display_name": session.display_name,
+            "updated_at": int(session.updated_at * 1000),
+            "session_id": session.id,
+            "message_count": summary.message_count,
+            "send_policy": session.send_policy,
+        }
+        if message_limit:
+            history = await ctx.store.history(session.id, message_limit * 4)
+            chat = [m for m in history if m.kind in ("user", "assistant")][-message_limit:]
+            row["messages"] = [_message_dict(m) for m in chat]
+        rows.append(row)
+        if len(rows) >= limit:
+            break
+    return ToolResult.success({"sessions": rows, "count": len(rows)})
+
+
+async def sessions_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    ref = args.get("session_key")
+    if not isinstance(ref, str) or not ref.strip():
+        return ToolResult.error("missing_parameter", "Required parameter 'session_key' is missing.")
+    ref = ref.strip()
+    limit = clamp_int(args.get("limit"), default=50, high=HISTORY_MAX)
+    include_tools = args.get("include_tools") is True
+    session = None if ref in RESERVED_KEYS else await ctx.store.active_session(ref)
+    if session is None:
+        session = await ctx.store.get_session(ref)
+    if session is None or session.key in RESERVED_KEYS or not _visible(ctx, session):
+        return ToolResult.error(
+            "not_found", f"No session with key or id '{ref}'. Use sessions_list to see the sessions."
+        )
+    # Fetch extra rows so that filtering tool messages out still leaves `limit` chat messages.
+    history = await ctx.store.history(session.id, limit if include_tools else limit * 4)
+    if not include_tools:
+        history = [m for m in history if m.kind in ("user", "assistant")]
+    history = history[-limit:]
+    return ToolResult.success(
+        {
+            "session_key": session.key,
+            "session_id": session.id,
+            "messages": [_message_dict(m) for m in history],
+        }
+    )
+
+
+def sessions_group() -> ToolGroup:
+    return ToolGroup(
+        name="sessions",
+        description="List chat sessions and read their message history",
+        tools=(
+            Tool(
+                "sessions_list",
+                "List chat sessions, most recently active first.",
+                params(
+                    {
+                        "kinds": {
+                            "type": "array",
+                            "items": {"type": "string", "enum": list(KINDS)},
+                            "description": "Only sessions of these kinds",
+                        },
+                        "limit": {
+                            "type": "integer",
+                            "description": f"Maximum rows (default 50, max {LIST_MAX})",
+                        },
+                        "active_minutes": {
+                            "type": "integer",
+                            "description": "Only sessions active within this many minutes",
+                        },
+                        "message_limit": {
+                            "type": "integer",
+                            "description": f"Include each one's last N chat messages (0-{LIST_MESSAGES_MAX})",
+                        },
+                    }
+                ),
+                sessions_list,
+            ),
+            Tool(
+                "sessions_history",
+                "Read the messages of one session, by session key or session id.",
+                params(
+                    {
+                        "session_key": {"type": "string", "description": "Session key (e.g. 'main') or id"},
+                        "limit": {
+                            "type": "integer",
+                            "description": f"Maximum messages (default 50, max {HISTORY_MAX})",
+                        },
+                        "include_tools": {"type": "boolean", "description": "Include tool calls and results"},
+                    },
+                    ["session_key"],
+                ),
+                sessions_history,
+            ),
+        ),
+    )
