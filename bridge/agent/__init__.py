@@ -1,0 +1,1 @@
+"""The agent run loop: history, restored tool groups, tool calls, the final reply."""

@@ -1,0 +1,40 @@
+"""The system prompt: the operator's instructions, the chat, memories and the tool group listing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from bridge.config import Settings
+from bridge.store.base import SessionRow
+from bridge.tools.registry import ToolRegistry
+
+
+def build_system_prompt(
+    settings: Settings,
+    registry: ToolRegistry,
+    session: SessionRow,
+    loaded_groups: set[str],
+    memories: list[str],
+) -> str:
+    # Date only, not the time: the prompt then stays byte-identical all day, which keeps provider-side
+    # prompt caches warm. get_current_time gives the exact time.
+    today = datetime.now(UTC).astimezone(ZoneInfo(settings.agent.timezone))
+    parts = [
+        settings.agent.system_prompt.strip(),
+        f"Today is {today:%A, %Y-%m-%d} ({settings.agent.timezone}). This conversation: {_place(session)}.",
+    ]
+    if memories:
+        parts.append(
+            "## Memory\nFacts you saved earlier in this chat:\n" + "\n".join(f"- {m}" for m in memories)
+        )
+    listing = registry.group_listing(loaded_groups)
+    if listing:
+        parts.append(listing)
+    return "\n\n".join(parts)
+
+
+def _place(session: SessionRow) -> str:
+    where = " ".join(part for part in (session.surface, session.chat_type) if part)
+    name = f" '{session.display_name}'" if session.display_name else ""
+    return f"session key {session.key}" + (f" ({where}{name})" if where or name else "")

@@ -1,0 +1,323 @@
+"""The agent run loop: restore groups, call the model, check and run tools, persist, reply."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from bridge.agent.history import build_messages, truncate
+from bridge.agent.prompt import build_system_prompt
+from bridge.config import Settings
+from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
+from bridge.store.base import SessionRow, Store, ToolExchange
+from bridge.store.sqlite import dumps
+from bridge.tools.base import Tool, ToolContext, ToolResult
+from bridge.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+FAILURE_BREAKER = 3
+RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped"]
+
+
+@dataclass(slots=True)
+class ToolStep:
+    """A tool call as the activity display shows it."""
+
+    call_id: str
+    name: str
+    summary: str
+    status: Literal["running", "ok", "error"] = "running"
+    error_code: str | None = None
+
+
+class RunObserver(Protocol):
+    async def tool_started(self, step: ToolStep) -> None: ...
+
+    async def tool_finished(self, step: ToolStep) -> None: ...
+
+
+class NullObserver:
+    async def tool_started(self, step: ToolStep) -> None:
+        return None
+
+    async def tool_finished(self, step: ToolStep) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: str
+    status: RunStatus
+    reply: str
+    iterations: int = 0
+    loaded_groups: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Breaker:
+    """Refuses an immediate identical repeat; ends the run after identical failures in a row."""
+
+    last_signature: tuple[str, str] | None = None
+    last_ok: bool = False
+    failures: int = 0
+
+    def is_repeat_of_success(self, signature: tuple[str, str]) -> bool:
+        return signature == self.last_signature and self.last_ok
+
+    def record(self, signature: tuple[str, str], ok: bool) -> bool:
+        """Record a call; True when the breaker trips."""
+        same = signature == self.last_signature
+        self.failures = 0 if ok else (self.failures + 1 if same else 1)
+        self.last_signature, self.last_ok = signature, ok
+        return self.failures >= FAILURE_BREAKER
+
+
+def summarize_arguments(arguments: str, limit: int = 60) -> str:
+    """A short, one-line view of a call's arguments for the activity display."""
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return "…malformed arguments"
+    if isinstance(value, dict):
+        text = ", ".join(f"{k}={_short(v)}" for k, v in value.items())
+    else:
+        text = _short(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= 30 else text[:29] + "…"
+
+
+def _signature(call: ToolCall) -> tuple[str, str]:
+    try:
+        return call.name, dumps(json.loads(call.arguments or "{}"))
+    except ValueError:
+        return call.name, call.arguments
+
+
+class AgentRunner:
+    """Runs one turn of a session from its stored history to a persisted final reply."""
+
+    def __init__(self, settings: Settings, store: Store, registry: ToolRegistry, provider: Provider) -> None:
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+        self.provider = provider
+
+    async def run(
+        self,
+        session: SessionRow,
+        *,
+        sender_is_owner: bool,
+        channel: str | None = None,
+        observer: RunObserver | None = None,
+    ) -> RunResult:
+        observer = observer or NullObserver()
+        agent = self.settings.agent
+        run_id = secrets.token_hex(8)
+        rows = await self.store.history(session.id, agent.history_limit)
+        last_user = next((r.content for r in reversed(rows) if r.kind == "user"), "")
+        await self.store.start_run(
+            run_id, session.id, channel, hashlib.sha256(last_user.encode()).hexdigest()
+        )
+        # Restored from the whole history with one indexed query, not from the window: a group loaded
+        # 200 turns ago is still loaded. Groups that left the registry are dropped here.
+        loaded = self.registry.known_groups(await self.store.loaded_groups(session.id))
+        ctx = ToolContext(
+            settings=self.settings,
+            store=self.store,
+            registry=self.registry,
+            session=session,
+            run_id=run_id,
+            sender_is_owner=sender_is_owner,
+            loaded_groups=loaded,
+        )
+        state = _RunState(run_id=run_id, messages=build_messages(rows, agent.max_tool_result_chars))
+        try:
+            async with asyncio.timeout(agent.run_timeout_s):
+                result = await self._loop(ctx, state, observer)
+        except TimeoutError:
+            result = self._end(
+                state, "timeout", f"⚠️ I ran out of time ({agent.run_timeout_s:g} s) on this request."
+            )
+        except ProviderError as exc:
+            result = self._end(state, "error", f"⚠️ {exc.message}")
+        except asyncio.CancelledError:
+            await asyncio.shield(self._finish(state, "cancelled", "cancelled"))
+            raise
+        result.loaded_groups = set(ctx.loaded_groups)
+        await asyncio.shield(
+            self._finish(state, result.status, None if result.status == "ok" else result.reply)
+        )
+        return result
+
+    async def _loop(self, ctx: ToolContext, state: _RunState, observer: RunObserver) -> RunResult:
+        agent = self.settings.agent
+        memories = (
+            await self.store.memories(ctx.session.key, agent.memory_limit) if agent.memory_limit else []
+        )
+        breaker = _Breaker()
+        for iteration in range(1, agent.max_iterations + 1):
+            state.iterations = iteration
+            system = build_system_prompt(
+                self.settings, self.registry, ctx.session, ctx.loaded_groups, memories
+            )
+            tools = self.registry.active_tools(ctx.loaded_groups)
+            completion = await self.provider.complete(
+                [ChatMessage("system", system), *state.messages], [t.schema() for t in tools]
+            )
+            state.add_usage(completion)
+            if not completion.tool_calls:
+                reply = completion.content.strip() or "(The model returned an empty answer.)"
+                await asyncio.shield(self.store.add_assistant_message(ctx.session.id, state.run_id, reply))
+                return RunResult(state.run_id, "ok", reply, iteration)
+            state.messages.append(
+                ChatMessage("assistant", completion.content, tool_calls=completion.tool_calls)
+            )
+            for call in completion.tool_calls:
+                result = await self._call(ctx, call, iteration, completion.content, breaker, observer)
+                state.messages.append(
+                    ChatMessage(
+                        "tool",
+                        truncate(result.content, agent.max_tool_result_chars),
+                        tool_call_id=call.id,
+                        name=call.name,
+                    )
+                )
+                if breaker.record(_signature(call), result.ok):
+                    reply = (
+                        f"⚠️ I stopped: `{call.name}` failed {FAILURE_BREAKER} times in a row with the same "
+                        f"arguments. Last error: {result.content}"
+                    )
+                    await asyncio.shield(
+                        self.store.add_assistant_message(ctx.session.id, state.run_id, reply)
+                    )
+                    return RunResult(state.run_id, "stopped", reply, iteration)
+        reply = (
+            f"⚠️ I stopped after {agent.max_iterations} steps without reaching an answer. "
+            "Ask me to continue, or narrow the request."
+        )
+        await asyncio.shield(self.store.add_assistant_message(ctx.session.id, state.run_id, reply))
+        return RunResult(state.run_id, "stopped", reply, agent.max_iterations)
+
+    async def _call(
+        self,
+        ctx: ToolContext,
+        call: ToolCall,
+        step: int,
+        preamble: str,
+        breaker: _Breaker,
+        observer: RunObserver,
+    ) -> ToolResult:
+        view = ToolStep(call.id, call.name, summarize_arguments(call.arguments))
+        await observer.tool_started(view)
+        if breaker.is_repeat_of_success(_signature(call)):
+            result = ToolResult.error(
+                "duplicate_call",
+                f"You just called {call.name} with these same arguments and its result is above. "
+                "Use that result to answer, or call it with different arguments.",
+            )
+        else:
+            result = await self._execute(ctx, call)
+        # Call and result are written in one transaction; shielded so a cancel cannot split them.
+        await asyncio.shield(
+            self.store.add_tool_exchange(
+                ctx.session.id,
+                ctx.run_id,
+                ToolExchange(
+                    call_id=call.id,
+                    tool_name=call.name,
+                    tool_input=_stored_input(call.arguments),
+                    result=result.content,
+                    status=result.status,
+                    step=step,
+                    preamble=preamble if call is not None else "",
+                ),
+            )
+        )
+        view.status, view.error_code = ("ok", None) if result.ok else ("error", result.code)
+        await observer.tool_finished(view)
+        return result
+
+    async def _execute(self, ctx: ToolContext, call: ToolCall) -> ToolResult:
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError as exc:
+            return ToolResult.error(
+                "invalid_arguments", f"Arguments are not valid JSON ({exc}). Send a JSON object."
+            )
+        if not isinstance(args, dict):
+            return ToolResult.error("invalid_arguments", "Arguments must be a JSON object.")
+        # Recomputed per call: a group loaded earlier in this same response is usable at once.
+        active: dict[str, Tool] = {t.name: t for t in self.registry.active_tools(ctx.loaded_groups)}
+        tool = active.get(call.name)
+        if tool is None:
+            return self._unavailable(call.name, active)
+        timeout = self.settings.tools.timeouts.get(
+            tool.name, tool.timeout_s or self.settings.tools.default_timeout_s
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                return await tool.run(args, ctx)
+        except TimeoutError:
+            return ToolResult.error("timeout", f"{tool.name} did not finish within {timeout:g} s.")
+        except Exception as exc:  # a tool bug must not break the run or the session
+            log.exception("tool %s failed", tool.name)
+            return ToolResult.error("tool_failed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
+
+    def _unavailable(self, name: str, active: dict[str, Tool]) -> ToolResult:
+        group = self.registry.group_of(name)
+        if group is not None:
+            return ToolResult.error(
+                "not_loaded",
+                f"Tool '{name}' belongs to tool group '{group}', which is not loaded yet. "
+                f"Call load_tool_group with group_name='{group}', then call {name} again.",
+            )
+        return ToolResult.error(
+            "unknown_tool",
+            f"There is no tool named '{name}'. Callable now: {', '.join(active)}. "
+            "Other tools come in groups: see 'Available Tool Groups' and use load_tool_group.",
+        )
+
+    def _end(self, state: _RunState, status: RunStatus, reply: str) -> RunResult:
+        return RunResult(state.run_id, status, reply, state.iterations)
+
+    async def _finish(self, state: _RunState, status: str, error: str | None) -> None:
+        await self.store.finish_run(
+            state.run_id,
+            status,
+            iterations=state.iterations,
+            prompt_tokens=state.prompt_tokens,
+            completion_tokens=state.completion_tokens,
+            error=error,
+        )
+
+
+@dataclass(slots=True)
+class _RunState:
+    run_id: str
+    messages: list[ChatMessage]
+    iterations: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add_usage(self, completion: Completion) -> None:
+        self.prompt_tokens += completion.usage.prompt_tokens
+        self.completion_tokens += completion.usage.completion_tokens
+
+
+def _stored_input(arguments: str) -> str:
+    """Valid JSON is stored normalized (so restoration reads it); anything else verbatim."""
+    try:
+        return dumps(json.loads(arguments or "{}"))
+    except ValueError:
+        return arguments

@@ -1,0 +1,84 @@
+"""The composition root: builds Bridge from Settings, runs it, shuts it down."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from importlib.metadata import entry_points
+from types import TracebackType
+from typing import Any
+
+from bridge.agent.runner import AgentRunner
+from bridge.config import ConfigError, Settings
+from bridge.events import Inbound, Sender
+from bridge.gateway.commands import Commands
+from bridge.gateway.delivery import Delivery
+from bridge.gateway.dispatcher import Dispatcher
+from bridge.gateway.lanes import Lanes
+from bridge.llm.base import Provider
+from bridge.llm.openai import OpenAIProvider
+from bridge.sessions.service import SessionService
+from bridge.store.sqlite import SQLiteStore
+from bridge.tools.base import ToolGroup
+from bridge.tools.catalog import build_registry
+
+log = logging.getLogger(__name__)
+
+ADAPTER_GROUP = "bridge.adapters"
+
+
+def load_adapter_class(name: str) -> Any:
+    """An adapter class by its entry-point name, so third-party packages can add platforms."""
+    found = entry_points(group=ADAPTER_GROUP, name=name)
+    if not found:
+        available = ", ".join(sorted(ep.name for ep in entry_points(group=ADAPTER_GROUP))) or "none"
+        raise ConfigError(f"no adapter named {name!r} is installed (installed: {available})")
+    return next(iter(found)).load()
+
+
+class Bridge:
+    """Everything one running bot needs, wired together; use `async with Bridge(settings)`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        provider: Provider | None = None,
+        extra_owners: Iterable[str] = (),
+        extra_groups: tuple[ToolGroup, ...] = (),
+    ) -> None:
+        self.settings = settings
+        # Built first: a bad manifest or tool name fails before any file or socket is opened.
+        self.registry = build_registry(settings, extra_groups)
+        self.store = SQLiteStore(settings.storage.path)
+        self.provider: Provider = provider or OpenAIProvider(settings.llm)
+        self.sessions = SessionService(self.store, [*settings.owners, *extra_owners])
+        self.lanes = Lanes(settings.agent.max_concurrent_runs)
+        self.delivery = Delivery()
+        self.runner = AgentRunner(settings, self.store, self.registry, self.provider)
+        self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry)
+        self.dispatcher = Dispatcher(self.sessions, self.runner, self.delivery, self.lanes, self.commands)
+
+    def add_sender(self, sender: Sender) -> None:
+        self.delivery.register(sender)
+
+    async def handle(self, inbound: Inbound) -> Any:
+        return await self.dispatcher.handle(inbound)
+
+    async def start(self) -> None:
+        await self.store.open()
+
+    async def stop(self) -> None:
+        """Finish nothing new: cancel runs in flight, then close the model client and the store."""
+        await self.lanes.close()
+        await self.provider.aclose()
+        await self.store.close()
+
+    async def __aenter__(self) -> Bridge:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

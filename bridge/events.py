@@ -1,0 +1,83 @@
+"""Inbound, Route, Outbound and the Sender seam: the vocabulary between adapters and the core."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+ChatType = Literal["dm", "group", "channel"]
+OutboundKind = Literal["activity", "reply", "notice"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where an answer goes: a chat, maybe a thread, maybe as a reply to one message."""
+
+    surface: str
+    chat_id: str
+    thread_id: str | None = None
+    reply_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One platform message, normalized; platform SDK objects never cross into the core."""
+
+    surface: str
+    chat_type: ChatType
+    chat_id: str
+    sender_id: str
+    text: str
+    message_id: str | None = None
+    thread_id: str | None = None
+    mentioned: bool = False
+    sender_name: str | None = None
+    chat_title: str | None = None
+
+    @property
+    def sender(self) -> str:
+        """The sender as written in `owners`: surface:user_id."""
+        return f"{self.surface}:{self.sender_id}"
+
+    @property
+    def route(self) -> Route:
+        return Route(self.surface, self.chat_id, self.thread_id, self.message_id)
+
+    @property
+    def platform_msg_id(self) -> str | None:
+        """Globally unique id of the platform message, used to drop redeliveries."""
+        if self.message_id is None:
+            return None
+        return f"{self.surface}:{self.chat_id}:{self.message_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """Something the bot means to send."""
+
+    route: Route
+    kind: OutboundKind
+    text: str
+    run_id: str | None = None
+
+
+class Sender(Protocol):
+    """What the core needs of an adapter to deliver: send, edit in place, show typing."""
+
+    surface: str
+    supports_edit: bool
+
+    async def send(self, item: Outbound) -> str | None:
+        """Send and return the platform message id (None where the surface has none)."""
+        ...
+
+    async def edit(self, route: Route, message_id: str, text: str) -> None: ...
+
+    async def typing(self, route: Route) -> None: ...
+
+
+# The handler may return a future that resolves once the run answering the message is done; a
+# turn-by-turn surface (the console) waits on it, chat platforms do not.
+InboundHandler = Callable[[Inbound], Awaitable["asyncio.Future[None] | None"]]

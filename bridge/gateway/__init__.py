@@ -1,0 +1,1 @@
+"""The gateway: commands, session lanes and delivery between adapters and the agent."""

@@ -1,0 +1,85 @@
+"""Chat commands: /clear, /new, /status, /stop, /help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from bridge.config import Settings
+from bridge.gateway.lanes import Lanes
+from bridge.sessions.service import SessionService
+from bridge.store.base import Store
+from bridge.tools.registry import ToolRegistry
+
+HELP = (
+    "Commands:\n"
+    "/clear or /new: start a fresh session (history and loaded tool groups reset; memories stay)\n"
+    "/status: show this session: id, loaded tool groups, message count\n"
+    "/stop: stop the answer in progress\n"
+    "/help: this list"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    args: str
+
+
+def parse_command(text: str) -> Command | None:
+    """`/name@bot args` → Command(name, args); anything else → None."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2 or not stripped[1].isalpha():
+        return None
+    head, _, args = stripped[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()
+    return Command(name, args.strip())
+
+
+class Commands:
+    """Answers commands; each answer is a notice text for the chat the command came from."""
+
+    def __init__(
+        self, settings: Settings, store: Store, sessions: SessionService, lanes: Lanes, registry: ToolRegistry
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.sessions = sessions
+        self.lanes = lanes
+        self.registry = registry
+
+    async def handle(self, command: Command, key: str) -> str:
+        if command.name in ("clear", "new"):
+            return await self.clear(key)
+        if command.name == "status":
+            return await self.status(key)
+        if command.name == "stop":
+            stopped = await self.lanes.cancel(key)
+            return "Stopped the answer in progress." if stopped else "Nothing is running."
+        if command.name in ("help", "start"):
+            return HELP
+        return f"Unknown command /{command.name}. Send /help for the list."
+
+    async def clear(self, key: str) -> str:
+        # Cancel first: a run still in flight must not write its reply into the new session.
+        await self.lanes.cancel(key)
+        session = await self.sessions.start_new(key)
+        return (
+            f"Started a new session ({session.id}). History and loaded tool groups start fresh; "
+            "saved memories are kept."
+        )
+
+    async def status(self, key: str) -> str:
+        session = await self.sessions.active_for_key(key)
+        loaded = sorted(self.registry.known_groups(await self.store.loaded_groups(session.id)))
+        count = await self.store.count_messages(session.id)
+        started = datetime.fromtimestamp(session.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return "\n".join(
+            [
+                f"Session: {session.id} (key {session.key}, started {started})",
+                f"Messages: {count}",
+                f"Loaded tool groups: {', '.join(loaded) if loaded else 'none'}",
+                f"Model: {self.settings.llm.model}",
+                f"State: {'answering' if self.lanes.busy(key) else 'idle'}",
+            ]
+        )

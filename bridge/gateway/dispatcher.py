@@ -1,0 +1,81 @@
+"""The dispatcher: an Inbound becomes a command answer or a stored message and a run in its lane."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bridge.agent.runner import AgentRunner
+from bridge.events import Inbound, Outbound
+from bridge.gateway.commands import Commands, parse_command
+from bridge.gateway.delivery import Delivery
+from bridge.gateway.lanes import Lanes
+from bridge.sessions.service import SessionService
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    """Receives every Inbound from every adapter."""
+
+    def __init__(
+        self,
+        sessions: SessionService,
+        runner: AgentRunner,
+        delivery: Delivery,
+        lanes: Lanes,
+        commands: Commands,
+    ) -> None:
+        self.sessions = sessions
+        self.runner = runner
+        self.delivery = delivery
+        self.lanes = lanes
+        self.commands = commands
+
+    async def handle(self, inbound: Inbound) -> asyncio.Future[None] | None:
+        """Handle one message; the future (if any) resolves when the run answering it has finished."""
+        key = self.sessions.key_for(inbound)
+        command = parse_command(inbound.text)
+        if command is not None:
+            answer = await self.commands.handle(command, key)
+            await self.delivery.send(Outbound(inbound.route, "notice", answer))
+            return None
+        if not inbound.text.strip():
+            return None
+        session = await self.sessions.active(inbound)
+        # Stored before any work begins: whatever happens next, the user's words are kept.
+        stored = await self.sessions.store.add_user_message(
+            session.id, inbound.text, sender=inbound.sender, platform_msg_id=inbound.platform_msg_id
+        )
+        if stored is None:
+            log.info("dropping redelivered message %s", inbound.platform_msg_id)
+            return None
+        return self.lanes.schedule(key, lambda: self._run(key, inbound))
+
+    async def _run(self, key: str, inbound: Inbound) -> None:
+        # Read the active session now, not when the message came: /clear may have replaced it.
+        session = await self.sessions.active_for_key(key)
+        route = inbound.route
+        async with self.delivery.typing(route):
+            reporter = self.delivery.activity(route)
+            try:
+                result = await self.runner.run(
+                    session,
+                    sender_is_owner=self.sessions.is_owner(inbound),
+                    channel=inbound.surface,
+                    observer=reporter,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("run for %s failed", key)
+                await self.delivery.send(
+                    Outbound(
+                        route,
+                        "notice",
+                        f"⚠️ Something went wrong while answering ({type(exc).__name__}). "
+                        "Your message is saved; send another message to try again.",
+                    )
+                )
+                return
+        await self.delivery.send(Outbound(route, "reply", result.reply, result.run_id))

@@ -1,0 +1,108 @@
+"""Session lanes: runs of one key never overlap, and one slow key never blocks another."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+Job = Callable[[], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Lane:
+    job: Job | None = None
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    worker: asyncio.Task[None] | None = None
+    current: asyncio.Task[None] | None = None
+
+
+class Lanes:
+    """One worker per busy key.
+
+    Messages that arrive while a run is busy are already stored; the next run reads them all from
+    history, so they are answered together in one follow-up run instead of each re-answering the
+    others.
+    """
+
+    def __init__(self, max_concurrent_runs: int) -> None:
+        self._lanes: dict[str, _Lane] = {}
+        self._slots = asyncio.Semaphore(max_concurrent_runs)
+
+    def busy(self, key: str) -> bool:
+        lane = self._lanes.get(key)
+        return lane is not None and lane.current is not None and not lane.current.done()
+
+    def schedule(self, key: str, job: Job) -> asyncio.Future[None]:
+        """Run `job` in the key's lane (after the current run); the future resolves when it is done."""
+        lane = self._lanes.setdefault(key, _Lane())
+        lane.job = job  # the latest message decides where the follow-up run answers
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        lane.waiters.append(waiter)
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.create_task(self._drain(key, lane), name=f"lane:{key}")
+        return waiter
+
+    async def _drain(self, key: str, lane: _Lane) -> None:
+        try:
+            while lane.waiters and lane.job is not None:
+                waiters, lane.waiters = lane.waiters, []
+                job, lane.job = lane.job, None
+                async with self._slots:
+                    lane.current = asyncio.create_task(job(), name=f"run:{key}")
+                    try:
+                        await lane.current
+                    except asyncio.CancelledError:
+                        # The run was cancelled by /clear or /stop; the lane itself lives on unless
+                        # the worker was cancelled too.
+                        current_task = asyncio.current_task()
+                        if current_task is not None and current_task.cancelling():
+                            raise
+                    except Exception:
+                        log.exception("run in lane %s failed", key)
+                    finally:
+                        lane.current = None
+                        _resolve(waiters)
+        finally:
+            _resolve(lane.waiters)
+            if self._lanes.get(key) is lane and not lane.waiters:
+                del self._lanes[key]
+
+    async def cancel(self, key: str) -> bool:
+        """Cancel the key's running run and drop queued work; True if a run was cancelled."""
+        lane = self._lanes.get(key)
+        if lane is None:
+            return False
+        lane.job = None
+        _resolve(lane.waiters)
+        lane.waiters = []
+        current = lane.current
+        if current is None or current.done():
+            return False
+        current.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await current
+        return True
+
+    async def idle(self) -> None:
+        """Wait until every lane has finished its work."""
+        while self._lanes:
+            workers = [lane.worker for lane in self._lanes.values() if lane.worker is not None]
+            if not workers:
+                return
+            await asyncio.gather(*workers, return_exceptions=True)
+
+    async def close(self) -> None:
+        for key in list(self._lanes):
+            await self.cancel(key)
+        await self.idle()
+
+
+def _resolve(waiters: list[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
