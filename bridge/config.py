@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 DEFAULT_CONFIG_PATH = Path("config.toml")
 _OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
@@ -146,6 +147,42 @@ def load_settings(path: Path | None = None) -> Settings:
         return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+    except SettingsError:
+        # pydantic-settings could not JSON-decode a list or table given in an environment variable.
+        raise ConfigError(_describe_env_json()) from None
+
+
+def _describe_env_json() -> str:
+    bad = []
+    for name, value in os.environ.items():
+        parts = name.lower().removeprefix("bridge_").split("__") if name.lower().startswith("bridge_") else []
+        if parts and _is_complex(parts):
+            try:
+                json.loads(value)
+            except ValueError:
+                bad.append(name)
+    names = ", ".join(sorted(bad)) or "a BRIDGE_* environment variable"
+    return (
+        f"{names}: not valid JSON; lists and tables in environment variables are written as JSON, "
+        "e.g. BRIDGE_OWNERS='[\"telegram:42\"]' or BRIDGE_TOOLS__TIMEOUTS='{\"webfetch\": 20}'"
+    )
+
+
+def _is_complex(parts: list[str]) -> bool:
+    """True when the setting at this path is a list, a table or a whole section (given as JSON)."""
+    annotation: Any = Settings
+    for part in parts:
+        fields = (
+            annotation.model_fields
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel)
+            else {}
+        )
+        if part not in fields:
+            return False
+        annotation = fields[part].annotation
+    return get_origin(annotation) in (list, dict) or (
+        isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    )
 
 
 def _describe(exc: ValidationError, path: Path | None) -> str:

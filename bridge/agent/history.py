@@ -21,6 +21,7 @@ def build_messages(rows: list[MessageRow], max_tool_result_chars: int) -> list[C
     replayed only together with its result (the store writes them together, the window must not split
     them). Calls made in one model response (same run and step) become one assistant message.
     """
+    rows = sorted(rows, key=_position)
     start = next((i for i, row in enumerate(rows) if row.kind == "user"), len(rows))
     rows = rows[start:]
     messages: list[ChatMessage] = []
@@ -45,6 +46,18 @@ def build_messages(rows: list[MessageRow], max_tool_result_chars: int) -> list[C
         messages.extend(_replay_step(rows[i:j], max_tool_result_chars))
         i = j
     return messages
+
+
+def _position(row: MessageRow) -> tuple[int, int, int]:
+    """Where a row belongs in the conversation.
+
+    Messages that arrived while a run was busy are stored before that run's reply, but the run never
+    saw them: its rows are replayed right after the newest user message it answered, so the model
+    reads "question, answer, later question" rather than an answer that seems to cover everything.
+    """
+    if row.kind != "user" and row.anchor is not None:
+        return (row.anchor, 1, row.id)
+    return (row.id, 0, row.id)
 
 
 def _replay_step(rows: list[MessageRow], max_chars: int) -> list[ChatMessage]:

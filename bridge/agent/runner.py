@@ -125,9 +125,13 @@ class AgentRunner:
         agent = self.settings.agent
         run_id = secrets.token_hex(8)
         rows = await self.store.history(session.id, agent.history_limit)
-        last_user = next((r.content for r in reversed(rows) if r.kind == "user"), "")
+        last_user = next((r for r in reversed(rows) if r.kind == "user"), None)
         await self.store.start_run(
-            run_id, session.id, channel, hashlib.sha256(last_user.encode()).hexdigest()
+            run_id,
+            session.id,
+            channel,
+            hashlib.sha256((last_user.content if last_user else "").encode()).hexdigest(),
+            last_user.id if last_user else None,
         )
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.

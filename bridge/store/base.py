@@ -52,6 +52,8 @@ class MessageRow:
     tool_input: str | None = None
     tool_status: str | None = None
     sender: str | None = None
+    # For rows written by a run: the newest user message that run answered (see build_messages).
+    anchor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,9 @@ class Store(Protocol):
     async def loaded_groups(self, session_id: str) -> set[str]: ...
 
     # runs
-    async def start_run(self, run_id: str, session_id: str, channel: str | None, input_hash: str) -> None: ...
+    async def start_run(
+        self, run_id: str, session_id: str, channel: str | None, input_hash: str, input_upto: int | None = None
+    ) -> None: ...
     async def finish_run(
         self,
         run_id: str,

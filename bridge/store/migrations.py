@@ -29,6 +29,8 @@ MIGRATIONS: tuple[str, ...] = (
         status            TEXT NOT NULL,
         channel           TEXT,
         input_hash        TEXT,
+        -- The newest user message the run saw: its rows replay right after it, before later messages.
+        input_upto        INTEGER,
         started_at        REAL NOT NULL,
         ended_at          REAL,
         iterations        INTEGER NOT NULL DEFAULT 0,

@@ -265,8 +265,10 @@ class SQLiteStore:
         return cursor.lastrowid
 
     async def history(self, session_id: str, limit: int) -> list[MessageRow]:
+        columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
         rows = await self._rows(
-            f"SELECT {_MESSAGE_COLS} FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT ?",
+            f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
+            "WHERE m.session_id = ? ORDER BY m.id DESC LIMIT ?",
             (session_id, limit),
         )
         return [MessageRow(*row) for row in reversed(rows)]
@@ -297,12 +299,14 @@ class SQLiteStore:
 
     # ---------------------------------------------------------------- runs
 
-    async def start_run(self, run_id: str, session_id: str, channel: str | None, input_hash: str) -> None:
+    async def start_run(
+        self, run_id: str, session_id: str, channel: str | None, input_hash: str, input_upto: int | None = None
+    ) -> None:
         async with self._transaction() as db:
             await db.execute(
-                "INSERT INTO runs (id, session_id, status, channel, input_hash, started_at) "
-                "VALUES (?, ?, 'running', ?, ?, ?)",
-                (run_id, session_id, channel, input_hash, time.time()),
+                "INSERT INTO runs (id, session_id, status, channel, input_hash, input_upto, started_at) "
+                "VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, session_id, channel, input_hash, input_upto, time.time()),
             )
 
     async def finish_run(

@@ -1,0 +1,212 @@
+"""The run loop's guards: structured history, repeats, the failure breaker, caps, errors, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
+from tests.fakes import openai_server as fake
+from tests.fakes.openai_server import FakeOpenAI
+from tests.harness import running_bridge
+
+
+def tool_contents(body: dict[str, Any]) -> list[str]:
+    return [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+
+async def main_history(h: Any) -> list[Any]:
+    session = await h.bridge.store.active_session("main")
+    return await h.bridge.store.history(session.id, 1000)
+
+
+async def test_history_is_replayed_as_structured_messages_not_pasted_into_user_text(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("get_current_time", {"timezone": "UTC"}, call_id="t1", content="Let me check."),
+        fake.text("It is noon."),
+        fake.text("You're welcome."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("list files in .")
+        await h.say("create a file foo.txt")
+    turn2 = fake_llm.requests[2]["messages"]
+    assert [m["role"] for m in turn2] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert turn2[-1]["content"] == "create a file foo.txt"
+    assert turn2[2]["content"] == "Let me check."
+    assert turn2[2]["tool_calls"] == [
+        {
+            "id": "t1",
+            "type": "function",
+            "function": {"name": "get_current_time", "arguments": '{"timezone":"UTC"}'},
+        }
+    ]
+    assert turn2[3]["tool_call_id"] == "t1" and '"timezone": "UTC"' in turn2[3]["content"]
+    assert turn2[4] == {"role": "assistant", "content": "It is noon."}
+
+
+async def test_an_immediately_repeated_identical_call_is_refused_but_the_run_recovers(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("get_current_time", {}),
+        fake.tool_call("get_current_time", {}),
+        fake.text("It is now."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+        rows = await main_history(h)
+    refused = tool_contents(fake_llm.requests[2])[-1]
+    assert "duplicate_call" in refused and "result is above" in refused
+    assert h.sender.of("reply") == ["It is now."]
+    assert [r.tool_status for r in rows if r.kind == "tool_call"] == ["success", "error"]
+
+
+async def test_three_identical_failing_calls_end_the_run_with_a_clear_message(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    bad = {"timezone": "Mars/Olympus"}
+    fake_llm.push(*(fake.tool_call("get_current_time", bad) for _ in range(3)), fake.text("never sent"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time on mars?")
+        reply = h.sender.of("reply")[-1]
+        run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
+    assert len(fake_llm.requests) == 3
+    assert "get_current_time" in reply and "3 times in a row" in reply and "invalid_timezone" in reply
+    assert run is not None and run.status == "stopped"
+
+
+async def test_a_failed_call_may_be_retried_once_without_tripping_the_breaker(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    bad = {"timezone": "Mars/Olympus"}
+    fake_llm.push(
+        fake.tool_call("get_current_time", bad),
+        fake.tool_call("get_current_time", bad),
+        fake.tool_call("get_current_time", {"timezone": "UTC"}),
+        fake.text("done"),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+    assert h.sender.of("reply") == ["done"]
+
+
+async def test_the_iteration_cap_is_configurable_and_ends_the_run_politely(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        *(fake.tool_call("get_current_time", {"timezone": z}) for z in ("UTC", "Europe/Berlin", "Asia/Tokyo"))
+    )
+    async with running_bridge(tmp_path, fake_llm, agent={"max_iterations": 2}) as h:
+        await h.say("time everywhere")
+        rows = await main_history(h)
+    assert len(fake_llm.requests) == 2
+    assert "after 2 steps" in h.sender.of("reply")[-1]
+    assert rows[-1].kind == "assistant" and "after 2 steps" in rows[-1].content
+
+
+async def test_a_model_server_error_tells_the_user_and_the_session_still_works(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.http_error(500, "overloaded"), fake.text("back again"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("first")
+        await h.say("second")
+        rows = await main_history(h)
+    first, second = h.sender.of("reply")
+    assert first.startswith("⚠️") and "HTTP 500" in first
+    assert second == "back again"
+    # Both user messages are kept, in order, and the second request sees the first.
+    assert [r.content for r in rows if r.kind == "user"] == ["first", "second"]
+    assert [m["content"] for m in fake_llm.requests[1]["messages"] if m["role"] == "user"] == [
+        "first",
+        "second",
+    ]
+
+
+async def test_malformed_tool_arguments_come_back_as_a_recoverable_error(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.tool_call("get_current_time", '{"timezone": '), fake.text("sorry"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+        rows = await main_history(h)
+    assert "invalid_arguments" in tool_contents(fake_llm.requests[1])[-1]
+    call = next(r for r in rows if r.kind == "tool_call")
+    assert call.tool_input == '{"timezone": ' and call.tool_status == "error"
+    assert h.sender.of("reply") == ["sorry"]
+
+
+async def test_an_unknown_tool_is_refused_with_the_callable_list(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.tool_call("launch_rocket", {}), fake.text("I can't"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("launch")
+    result = tool_contents(fake_llm.requests[1])[-1]
+    assert "unknown_tool" in result and "load_tool_group" in result
+
+
+def _group(name: str, handler: Any, timeout_s: float | None = None) -> ToolGroup:
+    return ToolGroup(name, f"{name} tools", (Tool(f"{name}_do", "Do it", params(), handler, timeout_s),))
+
+
+async def test_a_crashing_tool_becomes_an_error_result_not_a_crash(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    async def boom(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raise RuntimeError("disk on fire")
+
+    fake_llm.push(
+        fake.tool_call("load_tool_group", {"group_name": "boom"}),
+        fake.tool_call("boom_do", {}),
+        fake.text("oops"),
+    )
+    async with running_bridge(tmp_path, fake_llm, extra_groups=(_group("boom", boom),)) as h:
+        await h.say("do it")
+    assert "tool_failed" in tool_contents(fake_llm.requests[2])[-1]
+    assert "disk on fire" in tool_contents(fake_llm.requests[2])[-1]
+    assert h.sender.of("reply") == ["oops"]
+
+
+async def test_a_tool_that_overruns_its_timeout_is_cut_off(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    never = asyncio.Event()
+
+    async def hang(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await never.wait()
+        return ToolResult.success("unreachable")
+
+    fake_llm.push(
+        fake.tool_call("load_tool_group", {"group_name": "slow"}),
+        fake.tool_call("slow_do", {}),
+        fake.text("late"),
+    )
+    async with running_bridge(
+        tmp_path, fake_llm, extra_groups=(_group("slow", hang),), tools={"timeouts": {"slow_do": 0.2}}
+    ) as h:
+        await h.say("do it")
+    assert "did not finish within 0.2 s" in tool_contents(fake_llm.requests[2])[-1]
+
+
+async def test_the_whole_run_has_a_deadline(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(fake.delay(5, fake.text("too late")))
+    async with running_bridge(tmp_path, fake_llm, agent={"run_timeout_s": 0.3}) as h:
+        await h.say("slow question")
+        run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
+    assert "ran out of time" in h.sender.of("reply")[-1]
+    assert run is not None and run.status == "timeout"
+
+
+async def test_a_run_records_its_usage_and_status(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(
+        fake.tool_call("get_current_time", {}), fake.text("ok", prompt_tokens=100, completion_tokens=7)
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+        run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
+    assert run is not None
+    assert (run.status, run.iterations, run.channel) == ("ok", 2, "test")
+    assert run.prompt_tokens == 110 and run.completion_tokens == 12
+    assert run.input_hash and len(run.input_hash) == 64
