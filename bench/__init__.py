@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; they are not tests (run them all with `python -m bench`)."""
