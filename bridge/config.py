@@ -227,8 +227,9 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, Path):
         return _toml_value(str(value))
     if isinstance(value, str):
-        # A JSON string is a valid TOML basic string (same escapes).
-        return json.dumps(value, ensure_ascii=False)
+        # A JSON string is a valid TOML basic string (same escapes), except that TOML also forbids
+        # a raw DEL character, which JSON leaves unescaped.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):

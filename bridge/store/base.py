@@ -121,7 +121,12 @@ class Store(Protocol):
 
     # runs
     async def start_run(
-        self, run_id: str, session_id: str, channel: str | None, input_hash: str, input_upto: int | None = None
+        self,
+        run_id: str,
+        session_id: str,
+        channel: str | None,
+        input_hash: str,
+        input_upto: int | None = None,
     ) -> None: ...
     async def finish_run(
         self,

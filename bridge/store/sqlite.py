@@ -300,7 +300,12 @@ class SQLiteStore:
     # ---------------------------------------------------------------- runs
 
     async def start_run(
-        self, run_id: str, session_id: str, channel: str | None, input_hash: str, input_upto: int | None = None
+        self,
+        run_id: str,
+        session_id: str,
+        channel: str | None,
+        input_hash: str,
+        input_upto: int | None = None,
     ) -> None:
         async with self._transaction() as db:
             await db.execute(

@@ -33,9 +33,12 @@ def _loaded_in_history(messages: list[dict[str, Any]], group: str) -> bool:
                         ids.add(call["id"])
                 except ValueError:
                     continue
-        if message.get("role") == "tool" and message.get("tool_call_id") in ids:
-            if not str(message.get("content", "")).startswith("Error"):
-                return True
+        if (
+            message.get("role") == "tool"
+            and message.get("tool_call_id") in ids
+            and not str(message.get("content", "")).startswith("Error")
+        ):
+            return True
     return False
 
 
