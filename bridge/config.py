@@ -102,6 +102,11 @@ class Settings(BaseSettings):
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
     @field_validator("owners")
     @classmethod
     def _owner_ids(cls, value: list[str]) -> list[str]:
@@ -186,13 +191,21 @@ def _is_complex(parts: list[str]) -> bool:
 
 
 def _describe(exc: ValidationError, path: Path | None) -> str:
-    where = str(path) if path else "configuration"
+    env = {name.upper() for name in os.environ}
     lines = []
     for err in exc.errors():
-        key = ".".join(str(part) for part in err["loc"]) or "(root)"
+        parts = [str(part) for part in err["loc"]]
+        key = ".".join(parts) or "(root)"
         reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        # Blame the variable when the environment supplied the value: the file may be fine.
+        variable = _env_name(parts[:2])
+        where = f"environment variable {variable}" if variable in env else str(path or "configuration")
         lines.append(f"{where}: {key}: {reason}")
     return "\n".join(lines)
+
+
+def _env_name(parts: list[str]) -> str:
+    return "BRIDGE_" + "__".join(parts).upper()
 
 
 REDACTED = "<redacted>"

@@ -1,0 +1,379 @@
+"""Settings: file discovery, environment overrides, operator-worded errors, the example, rendering."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, SecretStr
+
+from bridge.config import (
+    DEFAULT_SYSTEM_PROMPT,
+    REDACTED,
+    ConfigError,
+    Settings,
+    load_settings,
+    render_settings,
+)
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"
+# A key documented but left unset (no TOML null exists): "# key = value" on a line of its own.
+_COMMENTED_KEY = re.compile(r"^# ([a-z_]+) = (.+)$")
+_SECTION = re.compile(r"^\[([a-z_]+)\]$")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No BRIDGE_* variable of the outer environment and no ./config.toml of the repo leaks in."""
+    for name in list(os.environ):
+        if name.upper().startswith("BRIDGE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config_error(path: Path | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    return str(info.value)
+
+
+# -- where settings come from ----------------------------------------------------------------
+
+
+def test_defaults_without_a_file() -> None:
+    settings = load_settings()
+    assert settings == Settings()
+    assert settings.owners == []
+    assert settings.llm.base_url is None
+    assert settings.llm.api_key.get_secret_value() == ""
+    assert settings.llm.model == "gpt-4o-mini"
+    assert settings.llm.timeout_s == 60.0
+    assert settings.llm.max_retries == 3
+    assert settings.storage.path == Path("data/bridge.db")
+    assert settings.tools.workspace == Path("data/workspace")
+    assert settings.tools.allow_private_network is False
+    assert settings.agent.system_prompt == DEFAULT_SYSTEM_PROMPT
+
+
+def test_config_toml_in_the_working_directory_is_used(tmp_path: Path) -> None:
+    write(tmp_path / "config.toml", 'owners = ["console:local", "telegram:42"]\n[llm]\nmodel = "from-cwd"\n')
+    settings = load_settings()
+    assert settings.llm.model == "from-cwd"
+    assert settings.owners == ["console:local", "telegram:42"]
+
+
+def test_explicit_config_wins_over_the_working_directory(tmp_path: Path) -> None:
+    write(tmp_path / "config.toml", '[llm]\nmodel = "from-cwd"\n')
+    other = write(tmp_path / "other.toml", '[llm]\nmodel = "from-flag"\n[storage]\npath = "x/y.db"\n')
+    settings = load_settings(other)
+    assert settings.llm.model == "from-flag"
+    assert settings.storage.path == Path("x/y.db")
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write(
+        tmp_path / "config.toml",
+        '[llm]\nmodel = "file-model"\ntimeout_s = 5\n[tools]\nallow_private_network = false\n',
+    )
+    monkeypatch.setenv("BRIDGE_LLM__MODEL", "env-model")
+    monkeypatch.setenv("BRIDGE_TOOLS__ALLOW_PRIVATE_NETWORK", "true")
+    settings = load_settings(config)
+    assert settings.llm.model == "env-model"
+    assert settings.tools.allow_private_network is True
+    # Keys the environment does not mention keep the file's value.
+    assert settings.llm.timeout_s == 5.0
+
+
+def test_environment_names_are_case_insensitive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write(tmp_path / "config.toml", '[llm]\nmodel = "file-model"\n')
+    monkeypatch.setenv("bridge_llm__model", "lower-model")
+    monkeypatch.setenv("Bridge_Tools__Allow_Private_Network", "TRUE")
+    settings = load_settings(config)
+    assert settings.llm.model == "lower-model"
+    assert settings.tools.allow_private_network is True
+
+
+def test_environment_lists_are_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_OWNERS", '["console:local", "telegram:42"]')
+    monkeypatch.setenv("BRIDGE_TOOLS__TIMEOUTS", '{"webfetch": 20}')
+    settings = load_settings()
+    assert settings.owners == ["console:local", "telegram:42"]
+    assert settings.tools.timeouts == {"webfetch": 20.0}
+
+
+# -- errors name the key and the reason ------------------------------------------------------
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    config = write(tmp_path / "config.toml", '[storage]\npth = "data/x.db"\n')
+    message = config_error(config)
+    assert "storage.pth" in message
+    assert "unknown key" in message
+    assert str(config) in message
+
+
+def test_unknown_section_and_top_level_key_are_named(tmp_path: Path) -> None:
+    config = write(tmp_path / "config.toml", 'ownr = []\n[llmm]\nmodel = "x"\n')
+    message = config_error(config)
+    assert "ownr: unknown key" in message
+    assert "llmm: unknown key" in message
+
+
+def test_wrong_type_is_named(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path / "config.toml", '[llm]\ntimeout_s = "soon"\n'))
+    assert "llm.timeout_s" in message
+    assert "number" in message
+
+
+def test_negative_max_retries_is_named(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path / "config.toml", "[llm]\nmax_retries = -1\n"))
+    assert "llm.max_retries" in message
+    assert "greater than or equal to 0" in message
+
+
+def test_bad_owner_is_named_with_the_reason(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path / "config.toml", 'owners = ["42"]\n'))
+    assert "owners" in message
+    assert "'42'" in message
+    assert "surface:user_id" in message
+
+
+def test_bad_timezone_is_named(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path / "config.toml", '[agent]\ntimezone = "Mars/Olympus"\n'))
+    assert "agent.timezone" in message
+    assert "Mars/Olympus" in message
+    assert "IANA" in message
+
+
+def test_bad_base_url_is_named(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path / "config.toml", '[llm]\nbase_url = "127.0.0.1:8080"\n'))
+    assert "llm.base_url" in message
+    assert "http://" in message
+
+
+def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
+    config = write(tmp_path / "config.toml", '[llm]\nmax_retries = -1\n[storage]\npth = "x"\n')
+    message = config_error(config)
+    assert "llm.max_retries" in message
+    assert "storage.pth" in message
+
+
+def test_bad_environment_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_LLM__TIMEOUT_S", "soon")
+    assert "llm.timeout_s" in config_error()
+
+
+def test_a_bad_environment_value_is_blamed_on_the_variable_not_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path / "c.toml", '[llm]\nmodel = "m"\n')
+    monkeypatch.setenv("BRIDGE_LLM__TIMEOUT_S", "soon")
+    message = config_error(path)
+    assert message.startswith("environment variable BRIDGE_LLM__TIMEOUT_S: llm.timeout_s:")
+    assert "c.toml" not in message
+
+
+def test_log_level_accepts_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_LOG_LEVEL", "debug")
+    assert load_settings().log_level == "DEBUG"
+
+
+def test_environment_list_that_is_not_json_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A natural mistake: a list written as a bare value rather than JSON.
+    monkeypatch.setenv("BRIDGE_OWNERS", "telegram:42")
+    monkeypatch.setenv("BRIDGE_TOOLS__DISABLED", "web")
+    monkeypatch.setenv("BRIDGE_TOOLS__WORKSPACE", "not/json/but/a/scalar")
+    message = config_error()
+    assert "BRIDGE_OWNERS" in message
+    assert "BRIDGE_TOOLS__DISABLED" in message
+    assert "BRIDGE_TOOLS__WORKSPACE" not in message
+    assert "JSON" in message
+
+
+def test_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    config = write(tmp_path / "config.toml", '[llm]\nmodel = "ok"\ntimeout_s = = 3\n')
+    message = config_error(config)
+    assert str(config) in message
+    assert "invalid TOML" in message
+    assert "line 3" in message
+
+
+def test_missing_explicit_config_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    message = config_error(missing)
+    assert str(missing) in message
+    assert "not found" in message
+
+
+# -- config.example.toml ---------------------------------------------------------------------
+
+
+def _example_keys() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(section, key) pairs of the example: set ones (via tomllib) and documented-but-unset ones."""
+    data = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
+    active = set()
+    for name, value in data.items():
+        if isinstance(value, dict) and name in Settings.model_fields and _is_section(name):
+            active |= {(name, key) for key in value}
+        else:
+            active.add(("", name))
+    commented = set()
+    section = ""
+    for line in EXAMPLE.read_text(encoding="utf-8").splitlines():
+        if match := _SECTION.match(line):
+            section = match.group(1)
+        elif match := _COMMENTED_KEY.match(line):
+            commented.add((section, match.group(1)))
+    return active, commented
+
+
+def _is_section(name: str) -> bool:
+    annotation = Settings.model_fields[name].annotation
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _settings_keys() -> set[tuple[str, str]]:
+    keys = set()
+    for name, field in Settings.model_fields.items():
+        if _is_section(name):
+            assert field.annotation is not None
+            keys |= {(name, key) for key in field.annotation.model_fields}
+        else:
+            keys.add(("", name))
+    return keys
+
+
+def test_example_loads_cleanly() -> None:
+    settings = load_settings(EXAMPLE)
+    assert settings.llm.base_url == "http://127.0.0.1:8080/v1"
+    assert settings.llm.api_key.get_secret_value() == ""
+
+
+def test_example_values_are_the_defaults() -> None:
+    settings = load_settings(EXAMPLE)
+    expected = Settings()
+    expected.llm.base_url = "http://127.0.0.1:8080/v1"
+    assert settings == expected
+
+
+def test_example_documents_every_setting() -> None:
+    active, commented = _example_keys()
+    assert not active & commented, "a key is both set and commented out"
+    missing = _settings_keys() - (active | commented)
+    assert not missing, f"config.example.toml does not document: {sorted(missing)}"
+    stray = (active | commented) - _settings_keys()
+    assert not stray, f"config.example.toml documents keys Settings does not have: {sorted(stray)}"
+
+
+def test_example_leaves_only_unset_defaults_commented_out() -> None:
+    _, commented = _example_keys()
+    for section, key in commented:
+        model = Settings.model_fields[section].annotation if section else Settings
+        assert model is not None
+        assert model.model_fields[key].default is None, f"{section}.{key} has a default; set it"
+
+
+def test_example_with_every_key_uncommented_still_loads(tmp_path: Path) -> None:
+    lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
+    uncommented = [line[2:] if _COMMENTED_KEY.match(line) else line for line in lines]
+    settings = load_settings(write(tmp_path / "all.toml", "\n".join(uncommented) + "\n"))
+    assert settings.llm.temperature is not None
+    assert settings.llm.max_tokens is not None
+
+
+def test_example_comments_every_key_with_its_default() -> None:
+    lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not (re.match(r"^[a-z_]+ = ", line) or _COMMENTED_KEY.match(line)):
+            continue
+        comment = []
+        j = i - 1
+        while j >= 0 and lines[j].startswith("#") and not _COMMENTED_KEY.match(lines[j]):
+            comment.append(lines[j])
+            j -= 1
+        assert comment, f"no comment above line {i + 1}: {line}"
+        assert any("Default" in c for c in comment), f"the comment above {line!r} names no default"
+
+
+def test_example_top_comment_explains_environment_and_check_config() -> None:
+    head = EXAMPLE.read_text(encoding="utf-8").split("\n\n", 1)[0]
+    assert "BRIDGE_<SECTION>__<KEY>" in head
+    assert "BRIDGE_LLM__API_KEY" in head
+    assert "BRIDGE_TOOLS__ALLOW_PRIVATE_NETWORK=true" in head
+    assert "bridge check-config --config config.toml" in head
+
+
+# -- render_settings -------------------------------------------------------------------------
+
+SECRET = "sk-test-DO-NOT-PRINT-4242"
+
+
+def test_render_redacts_the_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_LLM__API_KEY", SECRET)
+    settings = load_settings(EXAMPLE)
+    assert settings.llm.api_key.get_secret_value() == SECRET
+    rendered = render_settings(settings)
+    assert SECRET not in rendered
+    assert f'api_key = "{REDACTED}"' in rendered
+    assert REDACTED == "<redacted>"
+
+
+def test_render_shows_an_empty_key_as_empty() -> None:
+    assert 'api_key = ""' in render_settings(Settings())
+
+
+def test_render_round_trips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write(
+        tmp_path / "config.toml",
+        """
+owners = ["console:local", "telegram:42"]
+log_level = "DEBUG"
+[llm]
+base_url = "http://127.0.0.1:9/v1"
+temperature = 0.25
+max_tokens = 512
+[storage]
+path = "state/bridge.db"
+[tools]
+timeouts = { webfetch = 20, "odd name" = 1.5 }
+manifests = ["manifests"]
+disabled = ["web"]
+[agent]
+system_prompt = "Quote \\"this\\", a backslash \\\\ and a tab\\there.\\nSecond line: ünïcødé."
+timezone = "Europe/Berlin"
+""",
+    )
+    (tmp_path / "manifests").mkdir()
+    monkeypatch.setenv("BRIDGE_LLM__API_KEY", SECRET)
+    original = load_settings(config)
+    rendered = render_settings(original)
+    assert SECRET not in rendered
+
+    monkeypatch.delenv("BRIDGE_LLM__API_KEY")
+    back = load_settings(write(tmp_path / "rendered.toml", rendered))
+    assert back.llm.api_key == SecretStr(REDACTED)
+    back.llm.api_key = original.llm.api_key
+    assert back == original
+
+
+def test_render_of_defaults_round_trips(tmp_path: Path) -> None:
+    rendered = render_settings(Settings())
+    assert "# base_url is unset" in rendered
+    assert load_settings(write(tmp_path / "rendered.toml", rendered)) == Settings()
+
+
+def test_render_escapes_every_control_character(tmp_path: Path) -> None:
+    # TOML forbids raw control characters in strings, DEL (U+007F) included, which JSON leaves raw.
+    awkward = "".join(chr(c) for c in range(0x20)) + '\x7f "quoted" \\ ünïcødé'
+    original = Settings(agent={"system_prompt": awkward}, tools={"timeouts": {"odd\x7fname": 2.0}})
+    back = load_settings(write(tmp_path / "rendered.toml", render_settings(original)))
+    assert back.agent.system_prompt == awkward
+    assert back == original
