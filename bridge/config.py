@@ -85,7 +85,8 @@ class AgentSettings(_Section):
     def _known_zone(cls, value: str) -> str:
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
+        # A folder of the zone database such as 'Europe' raises IsADirectoryError, an OSError.
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             raise ValueError(f"{value!r} is not an IANA time zone such as 'Europe/Berlin'") from None
         return value
 

@@ -146,6 +146,11 @@ def test_bad_owner_is_named_with_the_reason(tmp_path: Path) -> None:
     assert "surface:user_id" in message
 
 
+def test_a_zone_folder_is_not_a_timezone(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path / "config.toml", '[agent]\ntimezone = "Europe"\n'))
+    assert "agent.timezone" in message and "'Europe' is not an IANA time zone" in message
+
+
 def test_bad_timezone_is_named(tmp_path: Path) -> None:
     message = config_error(write(tmp_path / "config.toml", '[agent]\ntimezone = "Mars/Olympus"\n'))
     assert "agent.timezone" in message

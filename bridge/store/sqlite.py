@@ -64,6 +64,8 @@ class SQLiteStore:
         self._db = db
         db.row_factory = sqlite3.Row
         try:
+            # Refuse a newer schema before touching the file (journal_mode would rewrite its header).
+            await self._check_version()
             await db.execute("PRAGMA journal_mode = WAL")
             await db.execute("PRAGMA foreign_keys = ON")
             # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last commit.
@@ -73,6 +75,10 @@ class SQLiteStore:
         except sqlite3.DatabaseError as exc:
             await self.close()
             raise StoreError(f"database {self.path} is not usable: {exc}") from None
+        except BaseException:
+            # A refused schema version must not leave the connection (and its thread) open.
+            await self.close()
+            raise
 
     async def close(self) -> None:
         if self._db is not None:
@@ -85,13 +91,17 @@ class SQLiteStore:
             raise StoreError("store is not open")
         return self._db
 
-    async def _migrate(self) -> None:
-        version = await self._scalar("PRAGMA user_version")
+    async def _check_version(self) -> int:
+        version = int(await self._scalar("PRAGMA user_version"))
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"database {self.path} has schema version {version}, newer than this Bridge "
                 f"understands ({SCHEMA_VERSION}); upgrade Bridge or use another [storage] path"
             )
+        return version
+
+    async def _migrate(self) -> None:
+        version = await self._check_version()
         for index in range(version, SCHEMA_VERSION):
             async with self._transaction() as db:
                 for statement in _statements(MIGRATIONS[index]):
@@ -264,11 +274,12 @@ class SQLiteStore:
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    async def history(self, session_id: str, limit: int) -> list[MessageRow]:
+    async def history(self, session_id: str, limit: int, *, chat_only: bool = False) -> list[MessageRow]:
         columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
+        only_chat = " AND m.kind IN ('user', 'assistant')" if chat_only else ""
         rows = await self._rows(
             f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
-            "WHERE m.session_id = ? ORDER BY m.id DESC LIMIT ?",
+            f"WHERE m.session_id = ?{only_chat} ORDER BY m.id DESC LIMIT ?",
             (session_id, limit),
         )
         return [MessageRow(*row) for row in reversed(rows)]
@@ -288,13 +299,16 @@ class SQLiteStore:
     async def loaded_groups(self, session_id: str) -> set[str]:
         """Groups loaded anywhere in the session's history: one query on a partial index."""
         rows = await self._rows(
-            "SELECT DISTINCT CASE WHEN json_valid(tool_input) "
-            "THEN json_extract(tool_input, '$.group_name') END FROM messages "
+            # CASE evaluates lazily, so json_type never sees malformed JSON; objects and arrays
+            # would come back from json_extract as JSON text, so only 'text' values count.
+            "SELECT DISTINCT CASE WHEN json_valid(tool_input) THEN CASE WHEN "
+            "json_type(tool_input, '$.group_name') = 'text' "
+            "THEN json_extract(tool_input, '$.group_name') END END FROM messages "
             "WHERE session_id = ? AND kind = 'tool_call' AND tool_name = 'load_tool_group' "
             "AND tool_status = 'success'",
             (session_id,),
         )
-        # Malformed or non-string inputs come back as NULL or numbers and are skipped.
+        # Malformed inputs and non-string group names come back as NULL and are skipped.
         return {row[0] for row in rows if isinstance(row[0], str) and row[0]}
 
     # ---------------------------------------------------------------- runs

@@ -5,12 +5,16 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolHandler, ToolResult
 
 DESCRIPTION_NAMES_MAX = 8
+# What OpenAI-compatible servers accept as a function name.
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+GROUP_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
 
 
 class ManifestError(ValueError):
@@ -56,6 +60,8 @@ def load_manifest(path: Path) -> ToolGroup:
             continue
         tools.append(_tool(entry, where))
     name = path.stem.lower()
+    if not GROUP_NAME.match(name):
+        raise ManifestError(f"{path}: the file name gives the group name, and {name!r} is not [a-z0-9_-]")
     description = meta.get("description") or _auto_description(tools)
     display_name = meta.get("display_name") or path.stem.replace("_", " ").replace("-", " ").title()
     return ToolGroup(
@@ -75,11 +81,17 @@ def _tool(entry: dict[str, Any], where: str) -> Tool:
     for key in ("name", "description", "handler"):
         if not isinstance(entry.get(key), str) or not entry[key].strip():
             raise ManifestError(f"{where}: '{key}' is required and must be a non-empty string")
+    if not TOOL_NAME.match(entry["name"]):
+        raise ManifestError(
+            f"{where}: name {entry['name']!r} must match [a-zA-Z0-9_-] and be at most 64 long"
+        )
     parameters = entry.get("parameters", {"type": "object", "properties": {}})
     if not isinstance(parameters, dict) or parameters.get("type") != "object":
         raise ManifestError(f"{where}: 'parameters' must be a JSON schema of type object")
     timeout = entry.get("timeout_s")
-    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
         raise ManifestError(f"{where}: 'timeout_s' must be a positive number")
     return Tool(
         name=entry["name"],

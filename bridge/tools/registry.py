@@ -36,8 +36,12 @@ class ToolRegistry:
             raise RegistryError(f"group name {group.name!r} must be lowercase without surrounding spaces")
         if name in self._groups:
             raise RegistryError(f"tool group {name!r} is registered twice")
+        seen: set[str] = set()
         for tool in group.tools:
             self._claim(tool.name, f"group {name!r}")
+            if tool.name in seen:
+                raise RegistryError(f"tool {tool.name!r} appears twice in group {name!r}")
+            seen.add(tool.name)
         self._groups[name] = group
         for tool in group.tools:
             self._group_of[tool.name] = name

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bridge.config import Settings
+from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import ToolContext
+from bridge.tools.catalog import build_registry
+from bridge.tools.registry import ToolRegistry
 
 MakeContext = Callable[..., ToolContext]
+MakeSessionContext = Callable[..., Awaitable[ToolContext]]
 
 
 @pytest.fixture
@@ -42,3 +46,37 @@ def make_ctx(workspace: Path) -> MakeContext:
 @pytest.fixture
 def ctx(make_ctx: MakeContext) -> ToolContext:
     return make_ctx()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    """A real SQLite store in tmp_path, for tools that read or write sessions and memories."""
+    store = SQLiteStore(tmp_path / "bridge.db")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    """The registry a default Bridge runs with."""
+    return build_registry(Settings())
+
+
+@pytest.fixture
+def make_session_ctx(store: SQLiteStore, registry: ToolRegistry) -> MakeSessionContext:
+    """Build a ToolContext on the active session of `key` (created if needed) in the real store."""
+
+    async def make(key: str = "main", *, owner: bool = True, settings: Settings | None = None) -> ToolContext:
+        return ToolContext(
+            settings=settings or Settings(),
+            store=store,
+            registry=registry,
+            session=await store.ensure_active_session(key),
+            run_id="r",
+            sender_is_owner=owner,
+        )
+
+    return make

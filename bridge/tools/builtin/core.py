@@ -47,7 +47,8 @@ async def get_current_time(args: dict[str, Any], ctx: ToolContext) -> ToolResult
     zone_name = args.get("timezone") or ctx.settings.agent.timezone
     try:
         zone = ZoneInfo(str(zone_name))
-    except (ZoneInfoNotFoundError, ValueError):
+    # A folder of the zone database such as 'Europe' raises IsADirectoryError, an OSError.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         return ToolResult.error(
             "invalid_timezone", f"'{zone_name}' is not an IANA time zone such as 'Europe/Berlin' or 'UTC'."
         )

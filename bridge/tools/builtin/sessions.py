@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bridge.sessions.keys import RESERVED_KEYS, SessionKeyError, kind
-from bridge.store.base import MessageRow, SessionRow
+from bridge.store.base import MessageRow, SessionRow, SessionSummary
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, clamp_int, params
 
 KINDS = ("main", "group", "cron", "hook", "node", "other")
@@ -59,12 +59,18 @@ async def sessions_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         and active_minutes > 0
     ):
         since = time.time() - active_minutes * 60
-    summaries = await ctx.store.list_sessions(limit=LIST_MAX, active_since=since)
+    if ctx.sender_is_owner:
+        summaries = await ctx.store.list_sessions(limit=LIST_MAX, active_since=since)
+    else:
+        # Everyone else sees their own chat alone, however long ago other chats were active.
+        own = await ctx.store.get_session(ctx.session.id)
+        visible = own is not None and (since is None or own.updated_at >= since)
+        summaries = [SessionSummary(own, await ctx.store.count_messages(own.id))] if visible and own else []
     rows: list[dict[str, Any]] = []
     for summary in summaries:
         session = summary.session
         session_kind_ = session_kind(session.key)
-        if session.key in RESERVED_KEYS or not _visible(ctx, session):
+        if session.key in RESERVED_KEYS:
             continue
         if kinds is not None and session_kind_ not in kinds:
             continue
@@ -80,8 +86,7 @@ async def sessions_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             "send_policy": session.send_policy,
         }
         if message_limit:
-            history = await ctx.store.history(session.id, message_limit * 4)
-            chat = [m for m in history if m.kind in ("user", "assistant")][-message_limit:]
+            chat = await ctx.store.history(session.id, message_limit, chat_only=True)
             row["messages"] = [_message_dict(m) for m in chat]
         rows.append(row)
         if len(rows) >= limit:
@@ -103,11 +108,7 @@ async def sessions_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult
         return ToolResult.error(
             "not_found", f"No session with key or id '{ref}'. Use sessions_list to see the sessions."
         )
-    # Fetch extra rows so that filtering tool messages out still leaves `limit` chat messages.
-    history = await ctx.store.history(session.id, limit if include_tools else limit * 4)
-    if not include_tools:
-        history = [m for m in history if m.kind in ("user", "assistant")]
-    history = history[-limit:]
+    history = await ctx.store.history(session.id, limit, chat_only=not include_tools)
     return ToolResult.success(
         {
             "session_key": session.key,

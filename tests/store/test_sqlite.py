@@ -1,0 +1,552 @@
+"""The SQLite store on real database files: schema, sessions, history, loaded groups, runs, memories."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.store import sqlite as sqlite_module
+from bridge.store.base import SessionMeta, SessionRow, StoreError, ToolExchange
+from bridge.store.migrations import SCHEMA_VERSION
+from bridge.store.sqlite import SQLiteStore, dumps
+
+
+def names_in(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+async def scalar(store: SQLiteStore, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    async with store.db.execute(sql, params) as cur:
+        row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+def exchange(
+    call_id: str,
+    tool_input: Any,
+    *,
+    tool_name: str = "load_tool_group",
+    status: str = "success",
+    result: str = "ok",
+) -> ToolExchange:
+    raw = tool_input if isinstance(tool_input, str) else dumps(tool_input)
+    return ToolExchange(call_id, tool_name, raw, result, status, step=0)
+
+
+async def load(store: SQLiteStore, session: SessionRow, group: Any, *, status: str = "success") -> None:
+    """Record a load_tool_group call in the session's history, as the runner does."""
+    call_id = f"c{await store.count_messages(session.id)}"
+    await store.add_tool_exchange(session.id, "r1", exchange(call_id, {"group_name": group}, status=status))
+
+
+async def insert_load_call(store: SQLiteStore, session_id: str, tool_input: str | None) -> None:
+    """A load_tool_group call row written by hand, bypassing the store's JSON encoding."""
+    await store.db.execute(
+        "INSERT INTO messages (session_id, kind, content, tool_name, tool_input, tool_status, created_at) "
+        "VALUES (?, 'tool_call', '', 'load_tool_group', ?, 'success', 0)",
+        (session_id, tool_input),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- opening
+
+
+async def test_open_sets_wal_foreign_keys_and_schema_version(store: SQLiteStore, db_path: Path) -> None:
+    assert db_path.name in names_in(db_path.parent)
+    assert await scalar(store, "PRAGMA journal_mode") == "wal"
+    assert await scalar(store, "PRAGMA foreign_keys") == 1
+    assert await scalar(store, "PRAGMA user_version") == SCHEMA_VERSION
+
+
+async def test_foreign_keys_are_enforced(store: SQLiteStore) -> None:
+    with pytest.raises(sqlite3.IntegrityError):
+        await store.start_run("r", "no-such-session", None, "h")
+
+
+async def test_reopening_keeps_data_and_does_not_rerun_migrations(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = SQLiteStore(db_path)
+    await first.open()
+    session = await first.ensure_active_session("main")
+    await first.add_user_message(session.id, "remember me")
+    await first.close()
+
+    # Were a shipped migration run again, this statement would fail the open.
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", ("THIS IS NOT SQL;",) * SCHEMA_VERSION)
+    second = SQLiteStore(db_path)
+    await second.open()
+    try:
+        assert await scalar(second, "PRAGMA user_version") == SCHEMA_VERSION
+        restored = await second.active_session("main")
+        assert restored is not None
+        assert restored.id == session.id
+        assert [m.content for m in await second.history(session.id, 10)] == ["remember me"]
+    finally:
+        await second.close()
+
+
+async def test_a_new_migration_runs_once_on_an_existing_database(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = SQLiteStore(db_path)
+    await first.open()
+    await first.close()
+
+    added = "CREATE TABLE extra (id INTEGER PRIMARY KEY);"
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, added))
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    for _ in range(2):  # the second open finds version + 1 and must not create the table again
+        store = SQLiteStore(db_path)
+        await store.open()
+        try:
+            assert await scalar(store, "PRAGMA user_version") == SCHEMA_VERSION + 1
+            assert await scalar(store, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'extra'") == 1
+        finally:
+            await store.close()
+
+
+async def test_database_newer_than_this_bridge_is_refused_naming_both_versions(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    newer = SCHEMA_VERSION + 5
+    with sqlite3.connect(db_path) as raw:
+        raw.execute(f"PRAGMA user_version = {newer}")
+    raw.close()
+
+    store = SQLiteStore(db_path)
+    with pytest.raises(StoreError) as info:
+        await store.open()
+    message = str(info.value)
+    assert f"schema version {newer}" in message
+    assert f"({SCHEMA_VERSION})" in message
+    assert str(db_path) in message
+    # The refused store is closed, not left holding a connection (and its thread).
+    with pytest.raises(StoreError, match="not open"):
+        _ = store.db
+    with sqlite3.connect(db_path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == newer
+        assert raw.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
+        # Refused before anything was written: the journal mode was not switched to WAL either.
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    raw.close()
+
+
+async def test_file_that_is_not_a_database_gives_store_error_and_is_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    original = b"these are my notes, not a database\n" * 200
+    path.write_bytes(original)
+
+    store = SQLiteStore(path)
+    with pytest.raises(StoreError) as info:
+        await store.open()
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == original
+    assert names_in(tmp_path) == ["notes.db"]  # no -wal or -shm left behind
+    with pytest.raises(StoreError):
+        _ = store.db
+
+
+async def test_closing_twice_is_harmless(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    await store.open()
+    await store.close()
+    await store.close()
+    with pytest.raises(StoreError, match="not open"):
+        await store.active_session("main")
+
+
+# --------------------------------------------------------------------------------------------- sessions
+
+
+async def test_ensure_active_session_returns_the_same_row_twice(store: SQLiteStore) -> None:
+    first = await store.ensure_active_session("main")
+    second = await store.ensure_active_session("main")
+    assert first == second
+    assert first.active
+    assert await scalar(store, "SELECT COUNT(*) FROM sessions") == 1
+
+
+async def test_ensure_active_session_merges_new_meta_into_the_row(store: SQLiteStore) -> None:
+    first = await store.ensure_active_session("main", SessionMeta(surface="telegram", display_name="Ann"))
+    second = await store.ensure_active_session("main", SessionMeta(last_route="telegram:1"))
+    assert second.id == first.id
+    assert (second.surface, second.display_name, second.last_route) == ("telegram", "Ann", "telegram:1")
+
+
+async def test_start_new_session_ends_the_previous_one_and_keeps_its_messages(store: SQLiteStore) -> None:
+    old = await store.ensure_active_session("main", SessionMeta(surface="telegram"))
+    await store.add_user_message(old.id, "hello")
+    await store.add_assistant_message(old.id, None, "hi")
+
+    new = await store.start_new_session("main")
+
+    assert new.id != old.id
+    assert new.active
+    assert new.surface == "telegram"  # meta carries over when none is given
+    assert await store.active_session("main") == new
+    ended = await store.get_session(old.id)
+    assert ended is not None
+    assert ended.ended_at is not None
+    assert not ended.active
+    assert [m.content for m in await store.history(old.id, 10)] == ["hello", "hi"]
+    assert await store.count_messages(new.id) == 0
+    assert await store.history(new.id, 10) == []
+
+
+async def test_start_new_session_for_an_unseen_key_creates_one(store: SQLiteStore) -> None:
+    created = await store.start_new_session("cron:daily")
+    assert await store.active_session("cron:daily") == created
+
+
+async def test_partial_unique_index_rejects_a_second_active_row_for_a_key(store: SQLiteStore) -> None:
+    await store.ensure_active_session("main")
+    insert = "INSERT INTO sessions (id, key, created_at, updated_at, ended_at) VALUES (?, 'main', 0, 0, ?)"
+    with pytest.raises(sqlite3.IntegrityError):
+        await store.db.execute(insert, ("second-active", None))
+    # Ended rows for the same key are fine: the index only covers active sessions.
+    await store.db.execute(insert, ("ended", 1.0))
+    assert await scalar(store, "SELECT COUNT(*) FROM sessions WHERE key = 'main'") == 2
+
+
+async def test_get_session_of_unknown_id_is_none(store: SQLiteStore) -> None:
+    assert await store.get_session("nope") is None
+    assert await store.active_session("nope") is None
+
+
+# --------------------------------------------------------------------------------------------- messages
+
+
+async def test_redelivered_platform_message_is_stored_once(store: SQLiteStore, session: SessionRow) -> None:
+    first = await store.add_user_message(session.id, "hi", sender="telegram:1", platform_msg_id="tg:1:5")
+    again = await store.add_user_message(session.id, "hi", sender="telegram:1", platform_msg_id="tg:1:5")
+    assert isinstance(first, int)
+    assert again is None
+    assert await store.count_messages(session.id) == 1
+    [row] = await store.history(session.id, 10)
+    assert (row.kind, row.content, row.sender) == ("user", "hi", "telegram:1")
+
+
+async def test_user_messages_without_platform_id_are_never_deduplicated(
+    store: SQLiteStore, session: SessionRow
+) -> None:
+    assert await store.add_user_message(session.id, "same") is not None
+    assert await store.add_user_message(session.id, "same") is not None
+    assert await store.count_messages(session.id) == 2
+
+
+async def test_adding_a_message_to_an_unknown_session_is_an_error_not_a_duplicate(store: SQLiteStore) -> None:
+    with pytest.raises(sqlite3.IntegrityError):
+        await store.add_user_message("no-such-session", "hi", platform_msg_id="x:1:1")
+
+
+async def test_tool_exchange_writes_call_and_result_together(store: SQLiteStore, session: SessionRow) -> None:
+    await store.add_tool_exchange(
+        session.id,
+        "r1",
+        ToolExchange("call-1", "get_current_time", '{"timezone":"UTC"}', "12:00", "success", 2, "Let me see"),
+    )
+    call, result = await store.history(session.id, 10)
+    assert (call.kind, call.content, call.tool_input) == ("tool_call", "Let me see", '{"timezone":"UTC"}')
+    assert (result.kind, result.content, result.tool_input) == ("tool_result", "12:00", None)
+    for row in (call, result):
+        assert (row.run_id, row.step, row.tool_name) == ("r1", 2, "get_current_time")
+        assert (row.tool_call_id, row.tool_status) == ("call-1", "success")
+
+
+async def test_failed_result_insert_leaves_neither_row_and_store_stays_usable(
+    store: SQLiteStore, session: SessionRow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = store._insert_message
+    calls = 0
+
+    async def fail_second(*args: Any, **kwargs: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise sqlite3.OperationalError("disk I/O error")
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_insert_message", fail_second)
+    with pytest.raises(sqlite3.OperationalError):
+        await store.add_tool_exchange(session.id, "r1", exchange("c1", {"group_name": "web"}))
+    assert calls == 2
+    assert await store.count_messages(session.id) == 0
+    assert not store.db.in_transaction
+    assert await store.loaded_groups(session.id) == set()
+
+    monkeypatch.undo()
+    await store.add_tool_exchange(session.id, "r1", exchange("c2", {"group_name": "web"}))
+    assert await store.add_user_message(session.id, "still works") is not None
+    assert [m.kind for m in await store.history(session.id, 10)] == ["tool_call", "tool_result", "user"]
+
+
+async def test_history_returns_the_last_n_rows_oldest_first(store: SQLiteStore, session: SessionRow) -> None:
+    for i in range(6):
+        if i % 2:
+            await store.add_assistant_message(session.id, "r1", f"m{i}")
+        else:
+            await store.add_user_message(session.id, f"m{i}")
+    assert [m.content for m in await store.history(session.id, 3)] == ["m3", "m4", "m5"]
+    assert [m.content for m in await store.history(session.id, 100)] == [f"m{i}" for i in range(6)]
+    ids = [m.id for m in await store.history(session.id, 100)]
+    assert ids == sorted(ids)
+
+
+async def test_history_is_per_session(store: SQLiteStore, session: SessionRow) -> None:
+    other = await store.ensure_active_session("cron:x")
+    await store.add_user_message(session.id, "mine")
+    await store.add_user_message(other.id, "theirs")
+    assert [m.content for m in await store.history(session.id, 10)] == ["mine"]
+
+
+# ---------------------------------------------------------------------------------------- loaded groups
+
+
+async def test_successful_group_loads_are_restored(store: SQLiteStore, session: SessionRow) -> None:
+    await load(store, session, "web")
+    await load(store, session, "files")
+    assert await store.loaded_groups(session.id) == {"web", "files"}
+
+
+async def test_failed_group_load_is_not_restored(store: SQLiteStore, session: SessionRow) -> None:
+    await load(store, session, "nonexistent", status="error")
+    await load(store, session, "web")
+    assert await store.loaded_groups(session.id) == {"web"}
+
+
+async def test_only_load_tool_group_calls_count(store: SQLiteStore, session: SessionRow) -> None:
+    await store.add_tool_exchange(
+        session.id, "r1", exchange("c1", {"group_name": "web"}, tool_name="get_current_time")
+    )
+    await store.add_user_message(session.id, '{"group_name": "files"}')
+    assert await store.loaded_groups(session.id) == set()
+
+
+async def test_malformed_group_load_inputs_are_skipped_without_raising(
+    store: SQLiteStore, session: SessionRow
+) -> None:
+    for raw in (
+        "not json {",
+        None,
+        "",
+        '"web"',
+        "[]",
+        '["web"]',
+        "{}",
+        '{"group_name": null}',
+        '{"group_name": ""}',
+        '{"group_name": 7}',
+        '{"group_name": true}',
+        '{"group_name": ["web"]}',
+        '{"group_name": {"name": "web"}}',
+    ):
+        await insert_load_call(store, session.id, raw)
+    assert await store.loaded_groups(session.id) == set()
+
+    await insert_load_call(store, session.id, '{"group_name": "files"}')
+    assert await store.loaded_groups(session.id) == {"files"}
+
+
+async def test_non_string_group_names_are_skipped(store: SQLiteStore, session: SessionRow) -> None:
+    for value in (42, 1.5, None, ["web"], {"name": "web"}, False):
+        await load(store, session, value)
+    await load(store, session, "sessions")
+    assert await store.loaded_groups(session.id) == {"sessions"}
+
+
+async def test_duplicate_group_loads_collapse(store: SQLiteStore, session: SessionRow) -> None:
+    for _ in range(3):
+        await load(store, session, "web")
+    assert await store.loaded_groups(session.id) == {"web"}
+
+
+async def test_groups_loaded_in_another_session_are_not_included(
+    store: SQLiteStore, session: SessionRow
+) -> None:
+    other = await store.ensure_active_session("telegram:group:-1")
+    await store.start_run("r2", other.id, None, "h")
+    await store.add_tool_exchange(other.id, "r2", exchange("c1", {"group_name": "files"}))
+    await load(store, session, "web")
+    assert await store.loaded_groups(session.id) == {"web"}
+    assert await store.loaded_groups(other.id) == {"files"}
+
+
+async def test_groups_do_not_carry_over_to_a_new_session_of_the_same_key(
+    store: SQLiteStore, session: SessionRow
+) -> None:
+    await load(store, session, "web")
+    fresh = await store.start_new_session("main")
+    assert await store.loaded_groups(fresh.id) == set()
+    assert await store.loaded_groups(session.id) == {"web"}
+
+
+async def test_loaded_groups_is_one_query_on_the_group_loads_index(
+    store: SQLiteStore, session: SessionRow
+) -> None:
+    for i in range(20):
+        await store.add_user_message(session.id, f"filler {i}")
+    await load(store, session, "web")
+
+    statements: list[str] = []
+    await store.db.set_trace_callback(statements.append)
+    try:
+        assert await store.loaded_groups(session.id) == {"web"}
+    finally:
+        await store.db.set_trace_callback(None)
+
+    assert len(statements) == 1
+    async with store.db.execute("EXPLAIN QUERY PLAN " + statements[0]) as cur:
+        plan = " | ".join(row[3] for row in await cur.fetchall())
+    assert "USING INDEX messages_group_loads" in plan, plan
+    assert "SCAN messages" not in plan, plan
+
+
+# ---------------------------------------------------------------------------------------------- search
+
+
+@pytest.fixture
+async def searchable(store: SQLiteStore, session: SessionRow) -> SessionRow:
+    await store.add_user_message(session.id, "the 100% solution")
+    await store.add_user_message(session.id, "a plain 1000 result")
+    await store.add_assistant_message(session.id, "r1", "use snake_case names")
+    await store.add_assistant_message(session.id, "r1", "use snakeXcase names")
+    await store.add_user_message(session.id, r"path C:\temp\x")
+    await store.add_tool_exchange(
+        session.id, "r1", exchange("c1", {"q": "snake_case"}, tool_name="webfetch", result="snake_case 100%")
+    )
+    other = await store.ensure_active_session("cron:other")
+    await store.add_user_message(other.id, "other 100% snake_case")
+    return session
+
+
+async def test_search_finds_user_and_assistant_text_in_this_session_only(
+    store: SQLiteStore, searchable: SessionRow
+) -> None:
+    found = await store.search_messages(searchable.id, "SOLUTION", 10)
+    assert [(m.kind, m.content) for m in found] == [("user", "the 100% solution")]
+    found = await store.search_messages(searchable.id, "names", 10)
+    assert [m.content for m in found] == ["use snakeXcase names", "use snake_case names"]  # newest first
+    assert all(m.session_id == searchable.id for m in found)
+
+
+async def test_search_treats_percent_and_underscore_literally(
+    store: SQLiteStore, searchable: SessionRow
+) -> None:
+    assert [m.content for m in await store.search_messages(searchable.id, "100%", 10)] == [
+        "the 100% solution"
+    ]
+    assert [m.content for m in await store.search_messages(searchable.id, "snake_case", 10)] == [
+        "use snake_case names"
+    ]
+    assert [m.content for m in await store.search_messages(searchable.id, "%", 10)] == ["the 100% solution"]
+    assert [m.content for m in await store.search_messages(searchable.id, "\\temp", 10)] == [
+        r"path C:\temp\x"
+    ]
+
+
+async def test_search_respects_limit(store: SQLiteStore, searchable: SessionRow) -> None:
+    assert len(await store.search_messages(searchable.id, "e", 2)) == 2
+
+
+# -------------------------------------------------------------------------------------------- listings
+
+
+async def set_updated_at(store: SQLiteStore, session_id: str, when: float) -> None:
+    await store.db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (when, session_id))
+
+
+async def test_list_sessions_orders_by_updated_at_desc_and_counts_messages(store: SQLiteStore) -> None:
+    a = await store.ensure_active_session("main")
+    b = await store.ensure_active_session("cron:b")
+    c = await store.ensure_active_session("telegram:dm:3")
+    for _ in range(3):
+        await store.add_user_message(a.id, "x")
+    await store.add_user_message(c.id, "y")
+    await set_updated_at(store, a.id, 100.0)
+    await set_updated_at(store, b.id, 300.0)
+    await set_updated_at(store, c.id, 200.0)
+
+    listed = await store.list_sessions(limit=10)
+    assert [(s.session.key, s.message_count) for s in listed] == [
+        ("cron:b", 0),
+        ("telegram:dm:3", 1),
+        ("main", 3),
+    ]
+    assert [s.session.key for s in await store.list_sessions(limit=2)] == ["cron:b", "telegram:dm:3"]
+
+
+async def test_list_sessions_active_since_filters_by_updated_at(store: SQLiteStore) -> None:
+    old = await store.ensure_active_session("main")
+    recent = await store.ensure_active_session("cron:b")
+    await set_updated_at(store, old.id, 100.0)
+    await set_updated_at(store, recent.id, 300.0)
+    assert [s.session.id for s in await store.list_sessions(limit=10, active_since=250.0)] == [recent.id]
+    assert len(await store.list_sessions(limit=10, active_since=100.0)) == 2
+
+
+async def test_list_sessions_hides_ended_sessions_unless_asked(store: SQLiteStore) -> None:
+    old = await store.ensure_active_session("main")
+    new = await store.start_new_session("main")
+    assert [s.session.id for s in await store.list_sessions(limit=10)] == [new.id]
+    everything = {s.session.id for s in await store.list_sessions(limit=10, active_only=False)}
+    assert everything == {old.id, new.id}
+
+
+async def test_adding_a_message_bumps_the_session_to_the_top(store: SQLiteStore) -> None:
+    a = await store.ensure_active_session("main")
+    b = await store.ensure_active_session("cron:b")
+    await set_updated_at(store, a.id, 100.0)
+    await set_updated_at(store, b.id, 200.0)
+    await store.add_user_message(a.id, "news")
+    assert [s.session.id for s in await store.list_sessions(limit=10)] == [a.id, b.id]
+
+
+# -------------------------------------------------------------------------------------------- memories
+
+
+async def test_memories_are_listed_in_order_per_scope_with_limit(store: SQLiteStore) -> None:
+    for text in ("one", "two", "three"):
+        await store.add_memory("main", text)
+    await store.add_memory("telegram:dm:9", "someone else's")
+
+    assert await store.memories("main", 10) == ["one", "two", "three"]
+    assert await store.memories("main", 2) == ["two", "three"]  # the latest N, oldest first
+    assert await store.memories("telegram:dm:9", 10) == ["someone else's"]
+    assert await store.memories("cron:nobody", 10) == []
+
+
+# ------------------------------------------------------------------------------------------------ runs
+
+
+async def test_run_round_trip(store: SQLiteStore, session: SessionRow) -> None:
+    await store.start_run("r2", session.id, "telegram", "abc")
+    started = await store.get_run("r2")
+    assert started is not None
+    assert (started.session_id, started.status, started.channel, started.input_hash) == (
+        session.id,
+        "running",
+        "telegram",
+        "abc",
+    )
+    assert started.ended_at is None
+    assert started.started_at > 0
+
+    await store.finish_run("r2", "error", iterations=3, prompt_tokens=120, completion_tokens=45, error="boom")
+    done = await store.get_run("r2")
+    assert done is not None
+    assert (done.status, done.iterations, done.prompt_tokens, done.completion_tokens, done.error) == (
+        "error",
+        3,
+        120,
+        45,
+        "boom",
+    )
+    assert done.ended_at is not None
+    assert done.ended_at >= done.started_at
+
+
+async def test_unknown_run_is_none(store: SQLiteStore) -> None:
+    assert await store.get_run("missing") is None
