@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from bridge.store.sqlite import SQLiteStore
 from tests.fakes.openai_server import FakeOpenAI
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "bridge.db"
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
+    """A real SQLite store under tmp_path, opened for the test and closed after it."""
+    store = SQLiteStore(db_path)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 @pytest.fixture

@@ -2,28 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from bridge.store.base import SessionRow
 from bridge.store.sqlite import SQLiteStore
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "bridge.db"
-
-
-@pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
-    store = SQLiteStore(db_path)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 @pytest.fixture

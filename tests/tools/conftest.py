@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +46,6 @@ def make_ctx(workspace: Path) -> MakeContext:
 @pytest.fixture
 def ctx(make_ctx: MakeContext) -> ToolContext:
     return make_ctx()
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    """A real SQLite store in tmp_path, for tools that read or write sessions and memories."""
-    store = SQLiteStore(tmp_path / "bridge.db")
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 @pytest.fixture
