@@ -187,8 +187,10 @@ class AgentRunner:
             state.messages.append(
                 ChatMessage("assistant", completion.content, tool_calls=completion.tool_calls)
             )
-            for call in completion.tool_calls:
-                result = await self._call(ctx, call, iteration, completion.content, breaker, observer)
+            for index, call in enumerate(completion.tool_calls):
+                # The model's text that came with the calls is stored once, on the first call.
+                preamble = completion.content if index == 0 else ""
+                result = await self._call(ctx, call, iteration, preamble, breaker, observer)
                 state.messages.append(
                     ChatMessage(
                         "tool",
@@ -244,7 +246,7 @@ class AgentRunner:
                     result=result.content,
                     status=result.status,
                     step=step,
-                    preamble=preamble if call is not None else "",
+                    preamble=preamble,
                 ),
             )
         )

@@ -65,8 +65,6 @@ class Dispatcher:
                     channel=inbound.surface,
                     observer=reporter,
                 )
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
                 log.exception("run for %s failed", key)
                 await self.delivery.send(
