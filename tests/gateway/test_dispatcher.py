@@ -181,3 +181,22 @@ async def test_non_owner_dm_gets_its_own_session_never_main(tmp_path: Path, fake
         main = await h.bridge.store.active_session("main")
     assert stranger is not None and main is not None and stranger.id != main.id
     assert [m["content"] for m in fake_llm.requests[1]["messages"][1:]] == ["hello"]
+
+
+async def test_new_is_an_alias_of_clear(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(
+        fake.tool_call("load_tool_group", {"group_name": "web"}), fake.text("ok"), fake.text("fresh")
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("load web")
+        before = await h.bridge.store.active_session("main")
+        await h.say("/new")
+        await h.say("hello")
+        after = await h.bridge.store.active_session("main")
+    assert before is not None and after is not None and before.id != after.id
+    assert h.request_tools(h.first_request_of_turn("hello")) == [
+        "load_tool_group",
+        "get_current_time",
+        "search_history",
+        "save_memory",
+    ]
