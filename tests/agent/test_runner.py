@@ -210,3 +210,22 @@ async def test_a_run_records_its_usage_and_status(tmp_path: Path, fake_llm: Fake
     assert (run.status, run.iterations, run.channel) == ("ok", 2, "test")
     assert run.prompt_tokens == 110 and run.completion_tokens == 12
     assert run.input_hash and len(run.input_hash) == 64
+
+
+async def test_a_saved_memory_is_in_the_prompt_of_later_turns_even_after_clear(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("save_memory", {"content": "The user's cat is called Miso."}),
+        fake.text("Noted."),
+        fake.text("Miso!"),
+        fake.text("hello stranger"),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("remember my cat is Miso")
+        await h.say("/clear")
+        await h.say("what is my cat called?")
+        await h.say("hi", sender="stranger")
+    assert "- The user's cat is called Miso." in fake_llm.requests[2]["messages"][0]["content"]
+    # Memories belong to a conversation place: another user's chat never sees them.
+    assert "Miso" not in fake_llm.requests[3]["messages"][0]["content"]
