@@ -61,20 +61,29 @@ class RunResult:
 
 @dataclass(slots=True)
 class _Breaker:
-    """Refuses an immediate identical repeat; ends the run after identical failures in a row."""
+    """Refuses an immediate identical repeat; ends the run after identical failures in a row.
 
+    Only executed calls count as "the previous call" for the repeat check. Small real models
+    alternate between a call and its refused repeat; measured against the previous call of any
+    kind, every other repeat would run again and the loop would last until the iteration cap.
+    This way each repeat is refused, the refusals count as failures, and the third one ends the run.
+    """
+
+    last_executed: tuple[str, str] | None = None
+    last_executed_ok: bool = False
     last_signature: tuple[str, str] | None = None
-    last_ok: bool = False
     failures: int = 0
 
     def is_repeat_of_success(self, signature: tuple[str, str]) -> bool:
-        return signature == self.last_signature and self.last_ok
+        return signature == self.last_executed and self.last_executed_ok
 
-    def record(self, signature: tuple[str, str], ok: bool) -> bool:
+    def record(self, signature: tuple[str, str], ok: bool, *, executed: bool) -> bool:
         """Record a call; True when the breaker trips."""
+        if executed:
+            self.last_executed, self.last_executed_ok = signature, ok
         same = signature == self.last_signature
         self.failures = 0 if ok else (self.failures + 1 if same else 1)
-        self.last_signature, self.last_ok = signature, ok
+        self.last_signature = signature
         return self.failures >= FAILURE_BREAKER
 
 
@@ -190,7 +199,8 @@ class AgentRunner:
             for index, call in enumerate(completion.tool_calls):
                 # The model's text that came with the calls is stored once, on the first call.
                 preamble = completion.content if index == 0 else ""
-                result = await self._call(ctx, call, iteration, preamble, breaker, observer)
+                repeat = breaker.is_repeat_of_success(_signature(call))
+                result = await self._call(ctx, call, iteration, preamble, repeat, observer)
                 state.messages.append(
                     ChatMessage(
                         "tool",
@@ -199,10 +209,13 @@ class AgentRunner:
                         name=call.name,
                     )
                 )
-                if breaker.record(_signature(call), result.ok):
+                if breaker.record(_signature(call), result.ok, executed=not repeat):
                     reply = (
-                        f"⚠️ I stopped: `{call.name}` failed {FAILURE_BREAKER} times in a row with the same "
-                        f"arguments. Last error: {result.content}"
+                        f"⚠️ I stopped: the model kept calling `{call.name}` with the same arguments "
+                        "instead of answering. Ask again, perhaps in other words."
+                        if repeat
+                        else f"⚠️ I stopped: `{call.name}` failed {FAILURE_BREAKER} times in a row with the "
+                        f"same arguments. Last error: {result.content}"
                     )
                     await asyncio.shield(
                         self.store.add_assistant_message(ctx.session.id, state.run_id, reply)
@@ -221,12 +234,12 @@ class AgentRunner:
         call: ToolCall,
         step: int,
         preamble: str,
-        breaker: _Breaker,
+        repeat: bool,
         observer: RunObserver,
     ) -> ToolResult:
         view = ToolStep(call.id, call.name, summarize_arguments(call.arguments))
         await observer.tool_started(view)
-        if breaker.is_repeat_of_success(_signature(call)):
+        if repeat:
             result = ToolResult.error(
                 "duplicate_call",
                 f"You just called {call.name} with these same arguments and its result is above. "

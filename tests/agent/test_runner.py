@@ -78,6 +78,20 @@ async def test_three_identical_failing_calls_end_the_run_with_a_clear_message(
     assert run is not None and run.status == "stopped"
 
 
+async def test_a_model_that_keeps_repeating_a_successful_call_is_stopped_after_three_refusals(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # What a small real model does after a tool result: call the same tool again, and again.
+    fake_llm.push(*(fake.tool_call("get_current_time", {"timezone": "UTC"}) for _ in range(12)))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("what time is it? use your tool")
+        rows = await main_history(h)
+    assert len(fake_llm.requests) == 4
+    statuses = [r.tool_status for r in rows if r.kind == "tool_call"]
+    assert statuses == ["success", "error", "error", "error"]
+    assert "kept calling `get_current_time`" in h.sender.of("reply")[-1]
+
+
 async def test_a_failed_call_may_be_retried_once_without_tripping_the_breaker(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
