@@ -74,6 +74,9 @@ class AgentSettings(_Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_iterations: int = Field(12, ge=1, le=200)
     history_limit: int = Field(60, ge=2, le=10_000)
+    # A character budget for the replayed history, so a long session never outgrows the model's
+    # context (about 4 characters a token); the oldest turns are left out first.
+    history_max_chars: int = Field(48_000, ge=1_000)
     max_tool_result_chars: int = Field(8_000, ge=200)
     run_timeout_s: float = Field(300.0, gt=0)
     memory_limit: int = Field(20, ge=0, le=500)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.store.base import MessageRow
 
@@ -14,16 +16,44 @@ def truncate(text: str, limit: int) -> str:
     return text[:limit] + f"\n… [truncated {len(text) - limit} characters]"
 
 
-def build_messages(rows: list[MessageRow], max_tool_result_chars: int) -> list[ChatMessage]:
+def build_messages(
+    rows: list[MessageRow], max_tool_result_chars: int, max_chars: int | None = None
+) -> list[ChatMessage]:
     """The history window as the model sees it.
 
     The window may cut a run in half, so it starts at the first user message, and a tool call is
     replayed only together with its result (the store writes them together, the window must not split
     them). Calls made in one model response (same run and step) become one assistant message.
+    With `max_chars`, the oldest turns are left out until the rest fits.
     """
     rows = sorted(rows, key=_position)
-    start = next((i for i, row in enumerate(rows) if row.kind == "user"), len(rows))
-    rows = rows[start:]
+    messages = _from_first_user(_replay(rows, max_tool_result_chars))
+    if max_chars is not None:
+        messages = _within_budget(messages, max_chars)
+    return messages
+
+
+def _size(message: ChatMessage) -> int:
+    return len(message.content) + sum(len(c.name) + len(c.arguments) for c in message.tool_calls)
+
+
+def _from_first_user(messages: list[ChatMessage]) -> list[ChatMessage]:
+    start = next((i for i, m in enumerate(messages) if m.role == "user"), len(messages))
+    return messages[start:]
+
+
+def _within_budget(messages: list[ChatMessage], max_chars: int) -> list[ChatMessage]:
+    """Drop whole turns from the front until the total fits; the newest turn is always kept."""
+    total = sum(_size(m) for m in messages)
+    starts = [i for i, m in enumerate(messages) if m.role == "user"]
+    for start, next_start in itertools.pairwise(starts):
+        if total <= max_chars:
+            return messages[start:]
+        total -= sum(_size(m) for m in messages[start:next_start])
+    return messages[starts[-1] :] if starts else messages
+
+
+def _replay(rows: list[MessageRow], max_tool_result_chars: int) -> list[ChatMessage]:
     messages: list[ChatMessage] = []
     i = 0
     while i < len(rows):
@@ -32,16 +62,9 @@ def build_messages(rows: list[MessageRow], max_tool_result_chars: int) -> list[C
             messages.append(ChatMessage(role=row.kind, content=row.content))
             i += 1
             continue
+        step = (row.run_id, row.step)
         j = i
-        while (
-            j < len(rows)
-            and rows[j].kind in _TOOL_KINDS
-            and (rows[j].run_id, rows[j].step)
-            == (
-                row.run_id,
-                row.step,
-            )
-        ):
+        while j < len(rows) and rows[j].kind in _TOOL_KINDS and (rows[j].run_id, rows[j].step) == step:
             j += 1
         messages.extend(_replay_step(rows[i:j], max_tool_result_chars))
         i = j

@@ -154,7 +154,9 @@ class AgentRunner:
             sender_is_owner=sender_is_owner,
             loaded_groups=loaded,
         )
-        state = _RunState(run_id=run_id, messages=build_messages(rows, agent.max_tool_result_chars))
+        state = _RunState(
+            run_id=run_id, messages=build_messages(rows, agent.max_tool_result_chars, agent.history_max_chars)
+        )
         try:
             async with asyncio.timeout(agent.run_timeout_s):
                 result = await self._loop(ctx, state, observer)

@@ -73,3 +73,22 @@ def test_a_reply_is_replayed_after_the_message_it_answered_not_after_later_ones(
     answer = row("assistant", "a1", run_id="r1", anchor=first.id)
     messages = build_messages([first, second, answer], 1000)
     assert [m.content for m in messages] == ["q1", "a1", "q2 (arrived while q1 was being answered)"]
+
+
+def test_over_budget_the_oldest_turns_are_left_out_whole() -> None:
+    rows = [
+        row("user", "old question " + "x" * 300),
+        call("a"),
+        result("a", "y" * 300),
+        row("assistant", "old answer"),
+        row("user", "new question"),
+        row("assistant", "new answer"),
+    ]
+    assert len(build_messages(rows, 1000, max_chars=10_000)) == 6
+    trimmed = build_messages(rows, 1000, max_chars=100)
+    assert [m.content for m in trimmed] == ["new question", "new answer"]
+
+
+def test_the_newest_turn_is_kept_even_when_it_alone_is_over_budget() -> None:
+    rows = [row("user", "a"), row("assistant", "b"), row("user", "z" * 500)]
+    assert [m.content for m in build_messages(rows, 1000, max_chars=10)] == ["z" * 500]
