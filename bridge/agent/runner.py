@@ -169,6 +169,14 @@ class AgentRunner:
         except asyncio.CancelledError:
             await asyncio.shield(self._finish(state, "cancelled", "cancelled"))
             raise
+        except Exception as exc:  # a bug must cost one answer, never the session
+            log.exception("run %s failed", run_id)
+            result = self._end(
+                state,
+                "error",
+                f"⚠️ Something went wrong while answering ({type(exc).__name__}). "
+                "Your message is saved; send another message to try again.",
+            )
         result.loaded_groups = set(ctx.loaded_groups)
         await asyncio.shield(
             self._finish(state, result.status, None if result.status == "ok" else result.reply)

@@ -6,10 +6,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from bridge.app import Bridge
+from bridge.llm.base import Completion
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
-from tests.harness import running_bridge
+from tests.harness import Harness, RecordingSender, make_settings, running_bridge
 
 
 def tool_contents(body: dict[str, Any]) -> list[str]:
@@ -243,3 +245,34 @@ async def test_a_saved_memory_is_in_the_prompt_of_later_turns_even_after_clear(
     assert "- The user's cat is called Miso." in fake_llm.requests[2]["messages"][0]["content"]
     # Memories belong to a conversation place: another user's chat never sees them.
     assert "Miso" not in fake_llm.requests[3]["messages"][0]["content"]
+
+
+class _BrokenOnceProvider:
+    """A provider with a bug on its first call, then well again."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, messages: list[Any], tools: list[dict[str, Any]]) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise KeyError("choices")
+        return Completion(content="fine now")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_an_unexpected_error_is_reported_recorded_and_the_next_message_works(tmp_path: Path) -> None:
+    bridge = Bridge(make_settings(tmp_path, "http://127.0.0.1:9/v1"), provider=_BrokenOnceProvider())
+    sender = RecordingSender()
+    bridge.add_sender(sender)
+    async with bridge:
+        h = Harness(bridge, sender, llm=None)  # type: ignore[arg-type]
+        await h.say("first")
+        run = await bridge.store.get_run(sender.sent[-1].run_id)
+        await h.say("second")
+    first, second = sender.of("reply")
+    assert "Something went wrong" in first and "KeyError" in first
+    assert run is not None and run.status == "error"
+    assert second == "fine now"
