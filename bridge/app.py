@@ -11,6 +11,7 @@ from typing import Any
 from bridge.agent.runner import AgentRunner
 from bridge.config import ConfigError, Settings
 from bridge.events import Inbound, Sender
+from bridge.gateway.access import AccessPolicy
 from bridge.gateway.commands import Commands
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
@@ -52,12 +53,16 @@ class Bridge:
         self.registry = build_registry(settings, extra_groups)
         self.store = SQLiteStore(settings.storage.path)
         self.provider: Provider = provider or OpenAIProvider(settings.llm)
-        self.sessions = SessionService(self.store, [*settings.owners, *extra_owners])
+        owners = frozenset([*settings.owners, *extra_owners])
+        self.sessions = SessionService(self.store, owners)
+        self.access = AccessPolicy.from_settings(settings, owners)
         self.lanes = Lanes(settings.agent.max_concurrent_runs)
         self.delivery = Delivery()
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider)
         self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry)
-        self.dispatcher = Dispatcher(self.sessions, self.runner, self.delivery, self.lanes, self.commands)
+        self.dispatcher = Dispatcher(
+            self.sessions, self.runner, self.delivery, self.lanes, self.commands, self.access
+        )
 
     def add_sender(self, sender: Sender) -> None:
         self.delivery.register(sender)

@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any, Literal, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 DEFAULT_CONFIG_PATH = Path("config.toml")
@@ -94,6 +102,59 @@ class AgentSettings(_Section):
         return value
 
 
+def _id_list(value: Any) -> Any:
+    """Ids may be written as numbers or strings; they are compared as strings."""
+    if isinstance(value, list):
+        return [str(item) if isinstance(item, int) and not isinstance(item, bool) else item for item in value]
+    return value
+
+
+class AccessSettings(_Section):
+    """Who may talk to the bot on one platform; owners are always allowed."""
+
+    # User ids allowed to DM the bot; "*" allows everyone. Default: owners only.
+    allowed_users: list[str] = Field(default_factory=list)
+    # Group or channel ids the bot works in; "*" allows every chat it is added to.
+    allowed_chats: list[str] = Field(default_factory=list)
+    # In groups, answer only when mentioned, replied to, or given a command.
+    require_mention: bool = True
+
+    _ids = field_validator("allowed_users", "allowed_chats", mode="before")(_id_list)
+
+
+class TelegramSettings(AccessSettings):
+    enabled: bool = False
+    token: SecretStr = SecretStr("")
+    api_base: str = "https://api.telegram.org"
+    mode: Literal["polling", "webhook"] = "polling"
+    # Long-poll timeout of getUpdates.
+    poll_timeout_s: int = Field(30, ge=0, le=50)
+    webhook_url: str | None = None
+    listen: str = "127.0.0.1"
+    port: int = Field(8443, ge=1, le=65535)
+    # Checked on every webhook request; when empty, a random one is made at each start.
+    webhook_secret: SecretStr = SecretStr("")
+
+    @field_validator("api_base")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("must be an http:// or https:// URL, such as https://api.telegram.org")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _complete(self) -> TelegramSettings:
+        if self.enabled and not self.token.get_secret_value():
+            raise ValueError("token is required when enabled (from @BotFather; or BRIDGE_TELEGRAM__TOKEN)")
+        if self.mode == "webhook" and not self.webhook_url:
+            raise ValueError("webhook_url is required when mode = 'webhook'")
+        if self.webhook_secret.get_secret_value() and not re.match(
+            r"^[A-Za-z0-9_-]{1,256}$", self.webhook_secret.get_secret_value()
+        ):
+            raise ValueError("webhook_secret may hold only A-Z, a-z, 0-9, _ and - (1-256 characters)")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BRIDGE_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -105,6 +166,7 @@ class Settings(BaseSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    telegram: TelegramSettings = Field(default_factory=TelegramSettings)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -200,7 +262,9 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
     for err in exc.errors():
         parts = [str(part) for part in err["loc"]]
         key = ".".join(parts) or "(root)"
-        reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        reason = (
+            "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        )
         # Blame the variable when the environment supplied the value: the file may be fine.
         variable = _env_name(parts[:2])
         where = f"environment variable {variable}" if variable in env else str(path or "configuration")

@@ -35,6 +35,8 @@ class Inbound:
     mentioned: bool = False
     sender_name: str | None = None
     chat_title: str | None = None
+    # Set when the message is media the bot cannot read (e.g. "photo", "voice"); text is then empty.
+    unsupported: str | None = None
 
     @property
     def sender(self) -> str:

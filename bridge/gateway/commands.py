@@ -11,13 +11,15 @@ from bridge.sessions.service import SessionService
 from bridge.store.base import Store
 from bridge.tools.registry import ToolRegistry
 
-HELP = (
-    "Commands:\n"
-    "/clear or /new: start a fresh session (history and loaded tool groups reset; memories stay)\n"
-    "/status: show this session: id, loaded tool groups, message count\n"
-    "/stop: stop the answer in progress\n"
-    "/help: this list"
+# (name, description): the one list behind /help and the platforms' command menus.
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("clear", "Start a fresh session (history and loaded tool groups reset; memories stay)"),
+    ("new", "Same as /clear"),
+    ("status", "Show this session: id, loaded tool groups, message count"),
+    ("stop", "Stop the answer in progress"),
+    ("help", "List the commands"),
 )
+HELP = "Commands:\n" + "\n".join(f"/{name}: {description}" for name, description in COMMANDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,17 @@ import logging
 
 from bridge.agent.runner import AgentRunner
 from bridge.events import Inbound, Outbound
+from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
 from bridge.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
+
+
+def unsupported_text(kind: str) -> str:
+    return f"Sorry, I can't open {kind} messages yet. Please send it as text (a caption works too)."
 
 
 class Dispatcher:
@@ -25,7 +30,9 @@ class Dispatcher:
         delivery: Delivery,
         lanes: Lanes,
         commands: Commands,
+        access: AccessPolicy,
     ) -> None:
+        self.access = access
         self.sessions = sessions
         self.runner = runner
         self.delivery = delivery
@@ -34,6 +41,15 @@ class Dispatcher:
 
     async def handle(self, inbound: Inbound) -> asyncio.Future[None] | None:
         """Handle one message; the future (if any) resolves when the run answering it has finished."""
+        verdict = self.access.check(inbound)
+        if verdict is Verdict.IGNORE:
+            return None
+        if verdict is Verdict.REFUSE:
+            await self.delivery.send(Outbound(inbound.route, "notice", refusal_text(inbound)))
+            return None
+        if inbound.unsupported:
+            await self.delivery.send(Outbound(inbound.route, "notice", unsupported_text(inbound.unsupported)))
+            return None
         key = self.sessions.key_for(inbound)
         command = parse_command(inbound.text)
         if command is not None:

@@ -1,0 +1,92 @@
+"""Who may talk: owners, per-platform allowlists, mention gating in groups, polite refusals."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from bridge.config import AccessSettings, Settings
+from bridge.events import Inbound
+
+REFUSAL_INTERVAL_S = 3600.0
+WILDCARD = "*"
+
+
+class Verdict(Enum):
+    ALLOW = "allow"
+    REFUSE = "refuse"  # answer with a short refusal
+    IGNORE = "ignore"  # stay silent
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceAccess:
+    allowed_users: frozenset[str]
+    allowed_chats: frozenset[str]
+    require_mention: bool
+
+    @classmethod
+    def of(cls, settings: AccessSettings) -> SurfaceAccess:
+        return cls(
+            frozenset(settings.allowed_users), frozenset(settings.allowed_chats), settings.require_mention
+        )
+
+    def user_allowed(self, user_id: str) -> bool:
+        return WILDCARD in self.allowed_users or user_id in self.allowed_users
+
+    def chat_allowed(self, chat_id: str) -> bool:
+        return WILDCARD in self.allowed_chats or chat_id in self.allowed_chats
+
+
+class AccessPolicy:
+    """Decides per inbound message; surfaces without access settings (the console) are open."""
+
+    def __init__(
+        self,
+        owners: Iterable[str],
+        surfaces: dict[str, SurfaceAccess],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.owners = frozenset(owners)
+        self.surfaces = surfaces
+        self._clock = clock
+        self._refused_at: dict[str, float] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, owners: Iterable[str]) -> AccessPolicy:
+        return cls(owners, {"telegram": SurfaceAccess.of(settings.telegram)})
+
+    def check(self, inbound: Inbound) -> Verdict:
+        rules = self.surfaces.get(inbound.surface)
+        in_group = inbound.chat_type != "dm"
+        # Mention gating applies to everyone, owners included: a group is not the bot's DM.
+        if in_group and (rules is None or rules.require_mention) and not inbound.mentioned:
+            return Verdict.IGNORE
+        if rules is None or inbound.sender in self.owners:
+            return Verdict.ALLOW
+        if in_group:
+            # Strangers' groups get silence, not refusals: the bot may have been added by anyone.
+            return Verdict.ALLOW if rules.chat_allowed(inbound.chat_id) else Verdict.IGNORE
+        if rules.user_allowed(inbound.sender_id):
+            return Verdict.ALLOW
+        return self._refuse_once_an_hour(inbound.sender)
+
+    def _refuse_once_an_hour(self, sender: str) -> Verdict:
+        now = self._clock()
+        last = self._refused_at.get(sender)
+        if last is not None and now - last < REFUSAL_INTERVAL_S:
+            return Verdict.IGNORE
+        if len(self._refused_at) > 10_000:
+            # Bounded memory under a flood of strangers: forget refusals that have expired.
+            self._refused_at = {s: t for s, t in self._refused_at.items() if now - t < REFUSAL_INTERVAL_S}
+        self._refused_at[sender] = now
+        return Verdict.REFUSE
+
+
+def refusal_text(inbound: Inbound) -> str:
+    return (
+        "Sorry, this bot only talks to people its owner has allowed. "
+        f"If you know the owner, give them your user id: {inbound.sender_id}."
+    )

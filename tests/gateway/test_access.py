@@ -1,0 +1,79 @@
+"""Access policy: owners, allowlists, mention gating, one refusal an hour."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.events import Inbound
+from bridge.gateway.access import AccessPolicy, SurfaceAccess, Verdict
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def policy(clock: Clock | None = None, **rules: Any) -> AccessPolicy:
+    access = SurfaceAccess(
+        allowed_users=frozenset(rules.get("users", ())),
+        allowed_chats=frozenset(rules.get("chats", ())),
+        require_mention=rules.get("require_mention", True),
+    )
+    return AccessPolicy(["telegram:1"], {"telegram": access}, clock=clock or Clock())
+
+
+def dm(user: str, surface: str = "telegram") -> Inbound:
+    return Inbound(surface, "dm", user, user, "hi")
+
+
+def group(user: str, chat: str = "-100", *, mentioned: bool = False) -> Inbound:
+    return Inbound("telegram", "group", chat, user, "hi", mentioned=mentioned)
+
+
+def test_owners_are_always_allowed_and_strangers_refused_by_default() -> None:
+    access = policy()
+    assert access.check(dm("1")) is Verdict.ALLOW
+    assert access.check(dm("2")) is Verdict.REFUSE
+
+
+def test_allowed_users_and_the_wildcard() -> None:
+    assert policy(users={"2"}).check(dm("2")) is Verdict.ALLOW
+    assert policy(users={"2"}).check(dm("3")) is Verdict.REFUSE
+    assert policy(users={"*"}).check(dm("3")) is Verdict.ALLOW
+
+
+def test_a_stranger_is_refused_at_most_once_an_hour() -> None:
+    clock = Clock()
+    access = policy(clock)
+    assert access.check(dm("9")) is Verdict.REFUSE
+    clock.now += 3599
+    assert access.check(dm("9")) is Verdict.IGNORE
+    assert access.check(dm("8")) is Verdict.REFUSE
+    clock.now += 2
+    assert access.check(dm("9")) is Verdict.REFUSE
+
+
+def test_groups_need_a_mention_unless_turned_off() -> None:
+    access = policy(chats={"-100"})
+    assert access.check(group("5")) is Verdict.IGNORE
+    assert access.check(group("5", mentioned=True)) is Verdict.ALLOW
+    assert policy(chats={"-100"}, require_mention=False).check(group("5")) is Verdict.ALLOW
+
+
+def test_mention_gating_applies_to_owners_too_but_allowlists_do_not() -> None:
+    access = policy()
+    assert access.check(group("1", "-999")) is Verdict.IGNORE
+    assert access.check(group("1", "-999", mentioned=True)) is Verdict.ALLOW
+
+
+def test_unlisted_groups_get_silence_not_refusals() -> None:
+    access = policy(chats={"-100"}, users={"*"})
+    assert access.check(group("5", "-200", mentioned=True)) is Verdict.IGNORE
+    assert policy(chats={"*"}).check(group("5", "-200", mentioned=True)) is Verdict.ALLOW
+
+
+def test_surfaces_without_access_rules_are_open_in_direct_chats() -> None:
+    assert policy().check(dm("anyone", surface="console")) is Verdict.ALLOW
