@@ -1,15 +1,18 @@
-"""The `bridge` command: chat, check-config."""
+"""The `bridge` command: run, chat, check-config."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from pathlib import Path
 
 from bridge import __version__
 from bridge.config import ConfigError, Settings, load_settings, render_settings, resolve_config_path
+from bridge.events import AdapterStartError
+from bridge.logs import setup_logging
 from bridge.store.base import StoreError
 
 EXIT_CONFIG = 2
@@ -25,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="talk to the agent on this terminal (session 'main')")
     chat.add_argument("--config", type=Path, help=config_help)
 
+    run_parser = sub.add_parser("run", help="run every enabled chat platform until SIGTERM or SIGINT")
+    run_parser.add_argument("--config", type=Path, help=config_help)
+
     check = sub.add_parser("check-config", help="print the effective config (secrets redacted) or its errors")
     check.add_argument("--config", type=Path, help=config_help)
     return parser
@@ -39,14 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "check-config":
         return check_config(settings, args.config)
-    logging.basicConfig(
-        level=settings.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One INFO line per HTTP request would drown the bot's own log.
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    setup_logging(settings)
     try:
-        return asyncio.run(chat(settings))
+        return asyncio.run(chat(settings) if args.command == "chat" else run(settings))
+    except AdapterStartError as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
     except ConfigError as exc:
         print(f"bridge: config error:\n{exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -88,4 +92,41 @@ async def chat(settings: Settings) -> int:
             await console.wait_closed()
         finally:
             await console.stop()
+    return 0
+
+
+def enabled_platforms(settings: Settings) -> list[str]:
+    """Config sections with `enabled = true`, each the entry-point name of its adapter."""
+    return [
+        name
+        for name in type(settings).model_fields
+        if getattr(getattr(settings, name), "enabled", False) is True
+    ]
+
+
+async def run(settings: Settings) -> int:
+    from bridge.app import Bridge, load_adapter_class
+
+    names = enabled_platforms(settings)
+    if not names:
+        print("bridge: nothing to run: enable a platform, e.g. [telegram] enabled = true", file=sys.stderr)
+        return EXIT_CONFIG
+    adapters = [load_adapter_class(name).from_settings(settings) for name in names]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with Bridge(settings) as bridge:
+        started = []
+        try:
+            for adapter in adapters:
+                bridge.add_sender(adapter)
+                await adapter.start(bridge.handle)
+                started.append(adapter)
+            logging.getLogger("bridge").info("running: %s", ", ".join(names))
+            await stop.wait()
+        finally:
+            # Stop listening first, so nothing new arrives while the runs in flight are wound down.
+            for adapter in reversed(started):
+                await adapter.stop()
     return 0

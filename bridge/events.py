@@ -65,6 +65,10 @@ class Outbound:
     run_id: str | None = None
 
 
+class AdapterStartError(Exception):
+    """An adapter could not start (bad token, unreachable API); the message is for the operator."""
+
+
 class Sender(Protocol):
     """What the core needs of an adapter to deliver: send, edit in place, show typing."""
 
