@@ -1,0 +1,346 @@
+"""The Telegram surface on python-telegram-bot: DMs, groups and forum topics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import warnings
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from html import unescape
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import httpx
+from telegram import BotCommand, LinkPreviewOptions, Message, ReplyParameters, Update
+from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TimedOut
+from telegram.ext import Application, ContextTypes, MessageHandler, filters
+from telegram.warnings import PTBDeprecationWarning
+
+from adapters.telegram_format import to_telegram_html
+from bridge.config import Settings, TelegramSettings
+from bridge.events import AdapterStartError, Inbound, InboundHandler, Outbound, Route
+from bridge.gateway.commands import COMMANDS
+from bridge.text import split_message, utf16_len
+
+log = logging.getLogger(__name__)
+
+TEXT_LIMIT = 4096
+GENERAL_TOPIC = 1
+MAX_ATTEMPTS = 5
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+RETRY_AFTER_CAP_S = 120.0
+_MEDIA_KINDS = (
+    "photo",
+    "sticker",
+    "voice",
+    "video",
+    "video_note",
+    "audio",
+    "document",
+    "animation",
+    "location",
+    "venue",
+    "contact",
+    "poll",
+    "dice",
+)
+T = TypeVar("T")
+
+
+def _retry_after_s(exc: RetryAfter) -> float:
+    # PTB 22 returns an int (with a deprecation warning) or a timedelta (PTB_TIMEDELTA=true).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = exc.retry_after
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    return min(seconds, RETRY_AFTER_CAP_S)
+
+
+def _surely_unsent(exc: TimedOut) -> bool:
+    """A connect or pool timeout never reached Telegram; a read timeout may have been delivered."""
+    return isinstance(exc.__cause__, httpx.ConnectTimeout | httpx.PoolTimeout) or "not* sent" in str(exc)
+
+
+class TelegramAdapter:
+    """One bot: long polling (or a webhook) in, Bot API calls out."""
+
+    surface = "telegram"
+    supports_edit = True
+    text_limit = TEXT_LIMIT
+
+    def __init__(
+        self, settings: TelegramSettings, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    ):
+        self.settings = settings
+        self._sleep = sleep
+        self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
+        self._handler: InboundHandler | None = None
+        self.bot_id: int | None = None
+        self.username: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TelegramAdapter:
+        return cls(settings.telegram)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        cfg = self.settings
+        app = (
+            Application.builder()
+            .token(cfg.token.get_secret_value())
+            .base_url(f"{cfg.api_base}/bot")
+            .base_file_url(f"{cfg.api_base}/file/bot")
+            .get_updates_read_timeout(cfg.poll_timeout_s + 10)
+            .build()
+        )
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
+        app.add_error_handler(self._on_error)
+        try:
+            await app.initialize()
+        except InvalidToken:
+            raise AdapterStartError(
+                "Telegram rejected the bot token (Unauthorized). Check [telegram] token, or "
+                "BRIDGE_TELEGRAM__TOKEN; @BotFather's /token shows it."
+            ) from None
+        except NetworkError as exc:
+            raise AdapterStartError(f"Can't reach the Telegram Bot API at {cfg.api_base}: {exc}") from None
+        self._app = app
+        self.bot_id, self.username = app.bot.id, (app.bot.username or "").lower()
+        try:
+            await app.bot.set_my_commands([BotCommand(name, text) for name, text in COMMANDS])
+        except NetworkError as exc:  # the menu is a nicety; the bot works without it
+            log.warning("Telegram: setMyCommands failed: %s", exc)
+        await app.start()
+        assert app.updater is not None
+        if cfg.mode == "webhook":
+            assert cfg.webhook_url is not None
+            secret = cfg.webhook_secret.get_secret_value() or secrets.token_urlsafe(32)
+            await app.updater.start_webhook(
+                listen=cfg.listen,
+                port=cfg.port,
+                url_path=urlparse(cfg.webhook_url).path.lstrip("/"),
+                webhook_url=cfg.webhook_url,
+                secret_token=secret,
+                allowed_updates=["message"],
+            )
+        else:
+            await app.updater.start_polling(
+                poll_interval=0, timeout=cfg.poll_timeout_s, allowed_updates=["message"]
+            )
+        log.info("Telegram: @%s is listening (%s)", self.username, cfg.mode)
+
+    async def stop(self) -> None:
+        app, self._app = self._app, None
+        if app is None:
+            return
+        if app.updater is not None and app.updater.running:
+            await app.updater.stop()
+        if app.running:
+            await app.stop()
+        await app.shutdown()
+
+    @property
+    def bot(self) -> Any:
+        if self._app is None:
+            raise RuntimeError("the Telegram adapter is not started")
+        return self._app.bot
+
+    # ------------------------------------------------------------------ inbound
+
+    async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.message
+        if message is None or self._handler is None:
+            return
+        inbound = self.normalize(message)
+        if inbound is not None:
+            await self._handler(inbound)
+
+    def normalize(self, message: Message) -> Inbound | None:
+        """A Telegram message as an Inbound, or None when the bot should not look at it."""
+        user, chat = message.from_user, message.chat
+        if user is None or user.is_bot or chat.type == ChatType.CHANNEL:
+            return None
+        text = message.text or message.caption or ""
+        unsupported = None
+        if not text:
+            unsupported = next((kind for kind in _MEDIA_KINDS if getattr(message, kind, None)), None)
+            if unsupported is None:
+                return None  # service messages: joins, pins, topic edits
+        is_dm = chat.type == ChatType.PRIVATE
+        mentioned, text, elsewhere = self._addressing(message, text)
+        if elsewhere:
+            return None
+        thread = message.message_thread_id if message.is_topic_message else None
+        return Inbound(
+            surface=self.surface,
+            chat_type="dm" if is_dm else "group",
+            chat_id=str(chat.id),
+            sender_id=str(user.id),
+            text=text,
+            message_id=str(message.message_id),
+            # The General topic is the group itself: never keyed or addressed as thread 1.
+            thread_id=str(thread) if thread not in (None, GENERAL_TOPIC) else None,
+            mentioned=is_dm or mentioned,
+            sender_name=user.full_name,
+            chat_title=chat.title,
+            unsupported=unsupported,
+        )
+
+    def _addressing(self, message: Message, text: str) -> tuple[bool, str, bool]:
+        """(addressed to this bot?, text without the bot's mention, addressed to another bot?)."""
+        mentioned = False
+        command = re.match(r"^/([A-Za-z0-9_]+)(?:@([A-Za-z0-9_]+))?", text)
+        if command:
+            target = (command.group(2) or "").lower()
+            if target and target != self.username:
+                return False, text, True
+            # A command is addressed to the bot unless it names another bot.
+            mentioned = True
+            text = f"/{command.group(1)}{text[command.end() :]}"
+        if self.username:
+            pattern = re.compile(rf"(?<![\w@])@{re.escape(self.username)}\b", re.IGNORECASE)
+            if pattern.search(text):
+                mentioned = True
+                text = re.sub(r"[ \t]{2,}", " ", pattern.sub("", text)).strip()
+        replied = message.reply_to_message
+        # In forum topics every message "replies" to the topic's first message; that is no reply.
+        if (
+            replied is not None
+            and replied.from_user is not None
+            and replied.from_user.id == self.bot_id
+            and replied.message_id != message.message_thread_id
+        ):
+            mentioned = True
+        return mentioned, text, False
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("Telegram: handling an update failed", exc_info=context.error)
+
+    # ------------------------------------------------------------------ outbound
+
+    async def send(self, item: Outbound) -> str | None:
+        chat_id = int(item.route.chat_id)
+        params = self._params(item.route)
+        ids: list[int] = []
+        for index, (html, plain) in enumerate(self._chunks(item)):
+            reply_to = item.route.reply_to if index == 0 else None
+            message = await self._send_chunk(chat_id, html, plain, reply_to, params)
+            ids.append(message.message_id)
+        if not ids:
+            return None
+        # Activity is edited later through its first message; a reply is known by its last.
+        return str(ids[0] if item.kind == "activity" else ids[-1])
+
+    def _chunks(self, item: Outbound) -> list[tuple[str | None, str]]:
+        """(html or None, plain text) per message; only replies carry Markdown."""
+        pieces = split_message(item.text, TEXT_LIMIT, utf16_len)
+        if item.kind != "reply":
+            return [(None, piece) for piece in pieces]
+        chunks: list[tuple[str | None, str]] = []
+        for piece in pieces:
+            chunks.extend(self._rendered(piece, TEXT_LIMIT))
+        return chunks
+
+    def _rendered(self, piece: str, limit: int) -> list[tuple[str | None, str]]:
+        html = to_telegram_html(piece)
+        if not html.strip():
+            return [(None, piece)]
+        if utf16_len(_visible(html)) <= TEXT_LIMIT or limit < 1024:
+            return [(html, piece)]
+        # Rendering made the text longer (tables are padded): split that piece finer.
+        out: list[tuple[str | None, str]] = []
+        for smaller in split_message(piece, limit // 2, utf16_len):
+            out.extend(self._rendered(smaller, limit // 2))
+        return out
+
+    def _params(self, route: Route) -> dict[str, Any]:
+        params: dict[str, Any] = {"link_preview_options": LinkPreviewOptions(is_disabled=True)}
+        if route.thread_id is not None and int(route.thread_id) != GENERAL_TOPIC:
+            params["message_thread_id"] = int(route.thread_id)
+        return params
+
+    async def _send_chunk(
+        self, chat_id: int, html: str | None, plain: str, reply_to: str | None, params: dict[str, Any]
+    ) -> Message:
+        if reply_to is not None:
+            params = {
+                **params,
+                "reply_parameters": ReplyParameters(
+                    message_id=int(reply_to), allow_sending_without_reply=True
+                ),
+            }
+        if html is not None:
+            try:
+                return await self._retrying(
+                    lambda: self.bot.send_message(chat_id, html, parse_mode=ParseMode.HTML, **params),
+                    idempotent=False,
+                )
+            except BadRequest as exc:
+                if "parse entities" not in str(exc).lower():
+                    raise
+                # Telegram refused the markup, so nothing was sent: the same chunk goes as plain text.
+                log.warning("Telegram refused the HTML of a reply (%s); sending it as plain text", exc)
+        return await self._retrying(lambda: self.bot.send_message(chat_id, plain, **params), idempotent=False)
+
+    async def edit(self, route: Route, message_id: str, text: str) -> None:
+        text = _tail(text, TEXT_LIMIT)
+
+        async def call() -> None:
+            try:
+                await self.bot.edit_message_text(text, chat_id=int(route.chat_id), message_id=int(message_id))
+            except BadRequest as exc:
+                if "not modified" not in str(exc).lower():
+                    raise
+
+        await self._retrying(call, idempotent=True)
+
+    async def typing(self, route: Route) -> None:
+        params = self._params(route)
+        params.pop("link_preview_options")
+        await self.bot.send_chat_action(int(route.chat_id), ChatAction.TYPING, **params)
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
+        """Honour RetryAfter; retry network errors and 5xx, but never resend what may have arrived."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return await call()
+            except RetryAfter as exc:
+                if attempt == MAX_ATTEMPTS:
+                    raise
+                wait = _retry_after_s(exc)
+            except (BadRequest, Forbidden, InvalidToken):
+                raise
+            except TimedOut as exc:
+                # A read timeout may mean Telegram got it: resending could post it twice.
+                if attempt == MAX_ATTEMPTS or not (idempotent or _surely_unsent(exc)):
+                    raise
+                wait = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+            except NetworkError:
+                if attempt == MAX_ATTEMPTS:
+                    raise
+                wait = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+            log.info("Telegram: retrying in %.1f s (attempt %d of %d)", wait, attempt + 1, MAX_ATTEMPTS)
+            await self._sleep(wait)
+        raise AssertionError("unreachable")
+
+
+def _visible(markup: str) -> str:
+    """The text Telegram will show for this HTML: tags dropped, entities unescaped."""
+    return unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def _tail(text: str, limit: int) -> str:
+    """The end of a long activity log, which is the part worth seeing."""
+    if utf16_len(text) <= limit:
+        return text
+    lines = text.splitlines()
+    while lines and utf16_len("…\n" + "\n".join(lines)) > limit:
+        lines.pop(0)
+    return "…\n" + "\n".join(lines)

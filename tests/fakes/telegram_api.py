@@ -1,0 +1,945 @@
+"""A fake Telegram Bot API on 127.0.0.1 that the real python-telegram-bot polls and sends to."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import inspect
+import json
+import re
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
+from html.parser import HTMLParser
+from types import TracebackType
+from typing import Any, Literal
+
+from aiohttp import web
+
+FaultKind = Literal["429", "502", "drop", "400"]
+
+MAX_TEXT_UTF16 = 4096
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are exactly "
+    "the same as a current content and reply markup of the message"
+)
+# What a reverse proxy in front of the Bot API answers when the upstream is down.
+BAD_GATEWAY_HTML = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
+
+# PTB sends every non-string value JSON-encoded inside a form field; these are decoded back.
+_JSON_FIELDS = frozenset(
+    {
+        "allowed_updates",
+        "caption_entities",
+        "commands",
+        "entities",
+        "link_preview_options",
+        "reply_markup",
+        "reply_parameters",
+        "scope",
+    }
+)
+_INT_FIELDS = frozenset(
+    {
+        "chat_id",
+        "from_chat_id",
+        "limit",
+        "max_connections",
+        "message_id",
+        "message_thread_id",
+        "offset",
+        "reply_to_message_id",
+        "timeout",
+        "user_id",
+    }
+)
+_BOOL_FIELDS = frozenset(
+    {
+        "allow_sending_without_reply",
+        "disable_notification",
+        "disable_web_page_preview",
+        "drop_pending_updates",
+        "protect_content",
+    }
+)
+# Sent when allowed_updates is an empty list or was never given (Telegram's documented default).
+_DEFAULT_ALLOWED = frozenset(
+    {
+        "message",
+        "edited_message",
+        "channel_post",
+        "edited_channel_post",
+        "business_connection",
+        "business_message",
+        "edited_business_message",
+        "deleted_business_messages",
+        "inline_query",
+        "chosen_inline_result",
+        "callback_query",
+        "shipping_query",
+        "pre_checkout_query",
+        "purchased_paid_media",
+        "poll",
+        "poll_answer",
+        "my_chat_member",
+        "chat_join_request",
+        "chat_boost",
+        "removed_chat_boost",
+    }
+)
+_CHAT_ACTIONS = frozenset(
+    {
+        "typing",
+        "upload_photo",
+        "record_video",
+        "upload_video",
+        "record_voice",
+        "upload_voice",
+        "upload_document",
+        "choose_sticker",
+        "find_location",
+        "record_video_note",
+        "upload_video_note",
+    }
+)
+_COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
+_BOT_COMMAND = re.compile(r"/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?")
+_MENTION = re.compile(r"(?<![A-Za-z0-9_@/])@[A-Za-z0-9_]+")
+_ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
+_NAMED_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
+_SIMPLE_TAGS = {
+    "b": "bold",
+    "strong": "bold",
+    "i": "italic",
+    "em": "italic",
+    "u": "underline",
+    "ins": "underline",
+    "s": "strikethrough",
+    "strike": "strikethrough",
+    "del": "strikethrough",
+    "code": "code",
+    "pre": "pre",
+    "tg-spoiler": "spoiler",
+}
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units, the unit of Telegram's offsets and length limits."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+class TelegramApiError(Exception):
+    """An error answer: {"ok": false, "error_code": code, "description": ..., "parameters"?: ...}."""
+
+    def __init__(self, code: int, description: str, parameters: dict[str, Any] | None = None) -> None:
+        super().__init__(description)
+        self.code = code
+        self.description = description
+        self.parameters = parameters
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"ok": False, "error_code": self.code, "description": self.description}
+        if self.parameters:
+            body["parameters"] = self.parameters
+        return body
+
+
+def _bad_request(reason: str) -> TelegramApiError:
+    return TelegramApiError(400, f"Bad Request: {reason}")
+
+
+class _TelegramHTML(HTMLParser):
+    """Telegram's HTML parse mode: the supported tags, strictly nested; collects text and entities."""
+
+    def __init__(self, raw: str) -> None:
+        super().__init__(convert_charrefs=False)
+        self._raw = raw
+        self._line_starts = [0, *(m.end() for m in re.finditer("\n", raw))]
+        self._parts: list[str] = []
+        self._length = 0
+        self._open: list[tuple[str, int, dict[str, Any] | None]] = []
+        self.entities: list[dict[str, Any]] = []
+
+    @classmethod
+    def parse(cls, raw: str) -> tuple[str, list[dict[str, Any]]]:
+        parser = cls(raw)
+        for amp in re.finditer("&", raw):  # html.parser would swallow a bare "&" at the very end
+            if not _ENTITY.match(raw, amp.start()):
+                offset = len(raw[: amp.start()].encode())
+                raise parser._fail(f'Character "&" must be escaped as "&amp;" at byte offset {offset}')
+        parser.feed(raw)
+        parser.close()
+        entities = sorted(parser.entities, key=lambda e: (e["offset"], -e["length"]))
+        return "".join(parser._parts), entities
+
+    def _fail(self, reason: str) -> TelegramApiError:
+        return _bad_request(f"can't parse entities: {reason}")
+
+    def _byte_offset(self, extra: int = 0) -> int:
+        line, column = self.getpos()
+        index = self._line_starts[line - 1] + column + extra
+        return len(self._raw[:index].encode())
+
+    def _append(self, text: str) -> None:
+        self._parts.append(text)
+        self._length += utf16_len(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        at = f"at byte offset {self._byte_offset()}"
+        entity: dict[str, Any] | None
+        if tag in _SIMPLE_TAGS:
+            entity = {"type": _SIMPLE_TAGS[tag]}
+            language = attributes.get("class") or ""
+            if tag == "code" and self._open and self._open[-1][0] == "pre":
+                pre = self._open[-1][2]
+                if pre is not None and self._open[-1][1] == self._length and language.startswith("language-"):
+                    pre["language"] = language.removeprefix("language-")  # <pre><code class=...>
+                    entity = None
+        elif tag == "a":
+            href = attributes.get("href") or ""
+            entity = {"type": "text_link", "url": href} if href else None
+        elif tag == "span":
+            if attributes.get("class") != "tg-spoiler":
+                raise self._fail(f'Tag "span" must have class "tg-spoiler" {at}')
+            entity = {"type": "spoiler"}
+        elif tag == "blockquote":
+            entity = {"type": "expandable_blockquote" if "expandable" in attributes else "blockquote"}
+        elif tag == "tg-emoji":
+            emoji_id = attributes.get("emoji-id") or ""
+            if not emoji_id.isdigit():
+                raise self._fail(f"Custom emoji identifier must be non-empty {at}")
+            entity = {"type": "custom_emoji", "custom_emoji_id": emoji_id}
+        else:
+            raise self._fail(f'Unsupported start tag "{tag}" {at}')
+        self._open.append((tag, self._length, entity))
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        raise self._fail(f'Unsupported start tag "{tag}/" at byte offset {self._byte_offset()}')
+
+    def handle_endtag(self, tag: str) -> None:
+        at = f"at byte offset {self._byte_offset()}"
+        if not self._open:
+            raise self._fail(f"Unexpected end tag {at}")
+        open_tag, start, entity = self._open.pop()
+        if tag != open_tag:
+            raise self._fail(f'Unmatched end tag {at}, expected "</{open_tag}>", found "</{tag}>"')
+        if entity is not None and self._length > start:
+            self.entities.append({**entity, "offset": start, "length": self._length - start})
+
+    def handle_data(self, data: str) -> None:
+        if "<" in data:
+            index = data.index("<")
+            name = re.match(r"[^\s>]*", data[index + 1 :])
+            tag = name.group() if name else ""
+            raise self._fail(f'Unsupported start tag "{tag}" at byte offset {self._byte_offset(index)}')
+        if "&" in data:
+            index = data.index("&")
+            raise self._fail(
+                f'Character "&" must be escaped as "&amp;" at byte offset {self._byte_offset(index)}'
+            )
+        self._append(data)
+
+    def handle_entityref(self, name: str) -> None:
+        if name not in _NAMED_ENTITIES:
+            raise self._fail(f'Unsupported HTML entity "&{name};" at byte offset {self._byte_offset()}')
+        self._append(_NAMED_ENTITIES[name])
+
+    def handle_charref(self, name: str) -> None:
+        try:
+            code = int(name[1:], 16) if name[:1] in ("x", "X") else int(name)
+            char = chr(code)
+            char.encode("utf-8")  # lone surrogates are not characters
+        except (ValueError, OverflowError, UnicodeEncodeError):
+            raise self._fail(
+                f'Invalid HTML entity "&#{name};" at byte offset {self._byte_offset()}'
+            ) from None
+        if code == 0:
+            raise self._fail(f'Invalid HTML entity "&#{name};" at byte offset {self._byte_offset()}')
+        self._append(char)
+
+    def _unsupported(self, *_: object) -> None:
+        raise self._fail(f'Unsupported start tag "!" at byte offset {self._byte_offset()}')
+
+    handle_comment = handle_decl = handle_pi = unknown_decl = _unsupported
+
+    def close(self) -> None:
+        super().close()
+        if self._open:
+            raise self._fail(f'Can\'t find end tag corresponding to start tag "{self._open[-1][0]}"')
+
+
+def _trim(text: str, entities: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Telegram strips leading and trailing whitespace; entities are shifted and clipped to match."""
+    lead = utf16_len(text[: len(text) - len(text.lstrip())])
+    text = text.strip()
+    size = utf16_len(text)
+    trimmed = []
+    for entity in entities:
+        start = max(entity["offset"] - lead, 0)
+        end = min(entity["offset"] + entity["length"] - lead, size)
+        if end > start:
+            trimmed.append({**entity, "offset": start, "length": end - start})
+    return text, trimmed
+
+
+def _auto_entities(text: str) -> list[dict[str, Any]]:
+    """What Telegram's clients attach: a bot_command for a leading /command, a mention for each @name."""
+    entities: list[dict[str, Any]] = []
+    command_end = 0
+    if command := _BOT_COMMAND.match(text):
+        command_end = command.end()
+        entities.append({"type": "bot_command", "offset": 0, "length": utf16_len(command.group())})
+    for mention in _MENTION.finditer(text, command_end):
+        entities.append(
+            {
+                "type": "mention",
+                "offset": utf16_len(text[: mention.start()]),
+                "length": utf16_len(mention.group()),
+            }
+        )
+    return entities
+
+
+class FakeTelegram:
+    """The Bot API on 127.0.0.1, random port: POST {api_base}/bot{token}/{method}.
+
+    Point PTB at it with base_url=f"{api_base}/bot" and base_file_url=f"{api_base}/file/bot".
+    Push user messages with dm()/group()/push_message(); read what the bot did from sent, edits,
+    chat_actions, commands, webhook and calls. Only getUpdates long-polls; stop() ends open polls.
+    """
+
+    def __init__(self, token: str = "123456:TEST-TOKEN", bot_username: str = "bridge_test_bot") -> None:
+        self.token = token
+        self.bot_id = int(token.split(":", 1)[0])
+        self.bot_username = bot_username
+        self.api_base = ""
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.edits: list[dict[str, Any]] = []
+        self.chat_actions: list[dict[str, Any]] = []
+        self.commands: list[list[dict[str, Any]]] = []
+        self.webhook: dict[str, Any] | None = None
+        self._my_commands: list[dict[str, Any]] = []
+        self._bot_user = {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": "Bridge Test",
+            "username": bot_username,
+        }
+        self._updates: list[dict[str, Any]] = []
+        self._confirmed_below = 1  # update ids below this have been confirmed through offset
+        self._next_update_id = 1
+        self._allowed_updates: frozenset[str] = _DEFAULT_ALLOWED
+        self._poll_generation = 0
+        self._open_polls = 0
+        self._chats: dict[int, dict[str, Any]] = {}
+        self._next_message_id: defaultdict[int, int] = defaultdict(lambda: 1)
+        self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # every message, pushed or sent
+        self._current: dict[tuple[int, int], dict[str, Any]] = {}  # sent records, after edits
+        self._faults: defaultdict[str, deque[tuple[FaultKind, int, str]]] = defaultdict(deque)
+        self._changed = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.api_base = f"http://{host}:{port}"
+
+    async def stop(self) -> None:
+        self._closing.set()
+        self._notify()  # open long polls answer [] at once
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeTelegram:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # -- updates for the bot ---------------------------------------------------------------
+
+    def push_message(
+        self,
+        *,
+        chat_id: int,
+        user_id: int,
+        text: str | None = None,
+        chat_type: str = "private",
+        username: str | None = None,
+        first_name: str = "User",
+        chat_title: str | None = None,
+        message_thread_id: int | None = None,
+        is_topic_message: bool = False,
+        caption: str | None = None,
+        photo: bool = False,
+        sticker: bool = False,
+        entities: list[dict[str, Any]] | None = None,
+        reply_to_message: dict[str, Any] | None = None,
+        from_bot: bool = False,
+    ) -> dict[str, Any]:
+        """Queue a `message` update from a user and return the Message dict.
+
+        entities None → a bot_command entity for a leading "/command" and a mention for every
+        "@name" (UTF-16 offsets); a list → exactly those entities.
+        """
+        sender: dict[str, Any] = {"id": user_id, "is_bot": from_bot, "first_name": first_name}
+        if username is not None:
+            sender["username"] = username
+        chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
+        if chat_type == "private":
+            chat["first_name"] = first_name
+            if username is not None:
+                chat["username"] = username
+        else:
+            chat["title"] = chat_title or f"Test chat {chat_id}"
+            if is_topic_message:
+                chat["is_forum"] = True
+        self._chats[chat_id] = chat
+        message: dict[str, Any] = {
+            "message_id": self._take_message_id(chat_id),
+            "date": int(time.time()),
+            "chat": chat,
+            "from": sender,
+        }
+        if message_thread_id is not None:
+            message["message_thread_id"] = message_thread_id
+        if is_topic_message:
+            message["is_topic_message"] = True
+        if reply_to_message is not None:
+            message["reply_to_message"] = self._reply_target(reply_to_message)
+        if text is not None:
+            message["text"] = text
+            found = _auto_entities(text) if entities is None else entities
+            if found:
+                message["entities"] = found
+        if caption is not None:
+            message["caption"] = caption
+            found = _auto_entities(caption) if entities is None or text is not None else entities
+            if found:
+                message["caption_entities"] = found
+        if photo:
+            n = message["message_id"]
+            message["photo"] = [
+                {"file_id": f"photo-{chat_id}-{n}-s", "file_unique_id": f"ps{n}", "width": 90, "height": 90},
+                {
+                    "file_id": f"photo-{chat_id}-{n}-m",
+                    "file_unique_id": f"pm{n}",
+                    "width": 800,
+                    "height": 800,
+                },
+            ]
+        if sticker:
+            message["sticker"] = {
+                "file_id": f"sticker-{chat_id}-{message['message_id']}",
+                "file_unique_id": f"st{message['message_id']}",
+                "type": "regular",
+                "width": 512,
+                "height": 512,
+                "is_animated": False,
+                "is_video": False,
+                "emoji": "🙂",
+            }
+        self._messages[(chat_id, message["message_id"])] = message
+        self._enqueue("message", message)
+        return copy.deepcopy(message)
+
+    def dm(self, user_id: int, text: str | None, **kw: Any) -> dict[str, Any]:
+        """A private message: chat_id == user_id."""
+        return self.push_message(chat_id=user_id, user_id=user_id, text=text, chat_type="private", **kw)
+
+    def group(self, chat_id: int, user_id: int, text: str | None, **kw: Any) -> dict[str, Any]:
+        """A message in a group; chat_type defaults to "supergroup" (ids like -100123)."""
+        kw.setdefault("chat_type", "supergroup")
+        return self.push_message(chat_id=chat_id, user_id=user_id, text=text, **kw)
+
+    def push_edited(self, message: dict[str, Any], new_text: str) -> dict[str, Any]:
+        """Queue an `edited_message` update: the user changed `message` to `new_text`."""
+        key = (message["chat"]["id"], message["message_id"])
+        edited = copy.deepcopy(self._messages.get(key, message))
+        field, entities_field = (
+            ("caption", "caption_entities") if "caption" in edited else ("text", "entities")
+        )
+        edited[field] = new_text
+        edited.pop(entities_field, None)
+        if found := _auto_entities(new_text):
+            edited[entities_field] = found
+        edited["edit_date"] = max(int(time.time()), edited["date"])
+        self._messages[key] = edited
+        self._enqueue("edited_message", edited)
+        return copy.deepcopy(edited)
+
+    def redeliver_all(self) -> None:
+        """Forget every confirmation, as if the bot crashed before its offset reached Telegram."""
+        self._confirmed_below = 1
+        self._notify()
+
+    @property
+    def pending_updates(self) -> list[dict[str, Any]]:
+        """Updates not yet confirmed through getUpdates' offset."""
+        return [copy.deepcopy(u) for u in self._updates if u["update_id"] >= self._confirmed_below]
+
+    @property
+    def open_polls(self) -> int:
+        """getUpdates requests currently waiting for an update."""
+        return self._open_polls
+
+    # -- what the bot did ------------------------------------------------------------------
+
+    def messages_in(self, chat_id: int, thread_id: int | None = None) -> list[dict[str, Any]]:
+        """Messages the bot sent to `chat_id` (thread_id None → every thread), with text after edits."""
+        return [
+            copy.deepcopy(record)
+            for (chat, _), record in self._current.items()
+            if chat == chat_id and (thread_id is None or record["message_thread_id"] == thread_id)
+        ]
+
+    def methods(self) -> list[str]:
+        """The lowercased method names of every request so far, in order."""
+        return [method for method, _ in self.calls]
+
+    # The timeout parameter is the documented API that tests call; it bounds an internal wait.
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Return once predicate() is true, re-checked after every request and push."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    await self._changed.wait()
+        except TimeoutError:
+            raise TimeoutError(
+                f"FakeTelegram: {_describe(predicate)} still false after {timeout} s; "
+                f"sent={[(m['chat_id'], m['text'][:40]) for m in self.sent[-5:]]}, "
+                f"last calls={[method for method, _ in self.calls[-10:]]}"
+            ) from None
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def fail_next(
+        self,
+        method: str,
+        kind: FaultKind,
+        *,
+        times: int = 1,
+        retry_after: int = 1,
+        description: str = "Bad Request: injected",
+    ) -> None:
+        """Make the next `times` calls of `method` fail before doing anything.
+
+        "429" → flood control with parameters.retry_after; "502" → an HTML Bad Gateway page, as
+        a proxy sends; "drop" → the connection closes with no response; "400" → `description`.
+        """
+        if kind not in ("429", "502", "drop", "400"):
+            raise ValueError(f"unknown fault kind {kind!r}")
+        detail = description if kind == "400" else str(retry_after)
+        self._faults[method.lower()].extend([(kind, retry_after, detail)] * times)
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return self._json(404, TelegramApiError(404, "Not Found").body())
+
+    @staticmethod
+    def _json(status: int, body: dict[str, Any]) -> web.Response:
+        return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json")
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"].lower()
+        try:
+            params = await _read_params(request)
+        except TelegramApiError as exc:
+            self.calls.append((method, {}))
+            self._notify()
+            return self._json(exc.code, exc.body())
+        self.calls.append((method, params))
+        self._notify()
+        try:
+            token = request.match_info["token"]
+            if token != self.token:
+                if re.fullmatch(r"\d+:[\w-]+", token):
+                    raise TelegramApiError(401, "Unauthorized")
+                raise TelegramApiError(404, "Not Found")
+            if self._faults[method]:
+                kind, retry_after, detail = self._faults[method].popleft()
+                if kind == "drop":
+                    if request.transport is not None:
+                        request.transport.close()
+                    return web.Response()  # never reaches the client: the connection is gone
+                if kind == "502":
+                    return web.Response(status=502, body=BAD_GATEWAY_HTML, content_type="text/html")
+                if kind == "429":
+                    raise TelegramApiError(
+                        429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}
+                    )
+                raise TelegramApiError(400, detail)
+            handler = self._handlers().get(method)
+            if handler is None:
+                raise TelegramApiError(404, "Not Found")
+            result = handler(params)
+            if inspect.isawaitable(result):
+                result = await result
+            return self._json(200, {"ok": True, "result": result})
+        except TelegramApiError as exc:
+            return self._json(exc.code, exc.body())
+        finally:
+            self._notify()
+
+    def _handlers(self) -> Mapping[str, Callable[[dict[str, Any]], Any]]:
+        return {
+            "getme": lambda p: self._get_me(),
+            "getupdates": self._get_updates,
+            "deletewebhook": self._delete_webhook,
+            "setwebhook": self._set_webhook,
+            "getwebhookinfo": lambda p: self._webhook_info(),
+            "logout": lambda p: True,
+            "close": lambda p: True,
+            "setmycommands": self._set_my_commands,
+            "getmycommands": lambda p: self._my_commands,
+            "deletemycommands": self._delete_my_commands,
+            "sendchataction": self._send_chat_action,
+            "sendmessage": self._send_message,
+            "editmessagetext": self._edit_message_text,
+        }
+
+    # -- methods ---------------------------------------------------------------------------
+
+    def _get_me(self) -> dict[str, Any]:
+        return {
+            **self._bot_user,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+        }
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.webhook is not None:
+            raise TelegramApiError(
+                409,
+                "Conflict: can't use getUpdates method while webhook is active; "
+                "use deleteWebhook to delete the webhook first",
+            )
+        offset = int(params.get("offset") or 0)
+        limit = min(max(int(params.get("limit") or 100), 1), 100)
+        timeout = max(float(params.get("timeout") or 0), 0.0)
+        if "allowed_updates" in params:
+            self._allowed_updates = frozenset(params["allowed_updates"] or ()) or _DEFAULT_ALLOWED
+        if offset > 0:
+            self._confirmed_below = max(self._confirmed_below, offset)
+        elif offset < 0 and self._updates:
+            # A negative offset keeps only the last -offset updates; everything before is forgotten.
+            keep = self._updates[offset:]
+            self._confirmed_below = max(self._confirmed_below, keep[0]["update_id"])
+        # Like Telegram, a newer getUpdates ends any older one still waiting with 409 Conflict.
+        self._poll_generation += 1
+        generation = self._poll_generation
+        self._notify()
+        deadline = asyncio.get_running_loop().time() + timeout
+        self._open_polls += 1
+        try:
+            while True:
+                ready = [
+                    u
+                    for u in self._updates
+                    if u["update_id"] >= self._confirmed_below and self._allowed_updates & u.keys()
+                ]
+                if ready:
+                    return ready[:limit]
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0 or self._closing.is_set():
+                    return []
+                changed = self._changed
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await changed.wait()
+                if generation != self._poll_generation:
+                    raise TelegramApiError(
+                        409,
+                        "Conflict: terminated by other getUpdates request; "
+                        "make sure that only one bot instance is running",
+                    )
+        finally:
+            self._open_polls -= 1
+
+    def _set_webhook(self, params: dict[str, Any]) -> bool:
+        if not params.get("url"):
+            return self._delete_webhook(params)
+        self.webhook = {k: v for k, v in params.items() if k != "certificate"}
+        if params.get("drop_pending_updates"):
+            self._drop_pending()
+        return True
+
+    def _delete_webhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = None
+        if params.get("drop_pending_updates"):
+            self._drop_pending()
+        return True
+
+    def _drop_pending(self) -> None:
+        self._confirmed_below = self._next_update_id
+
+    def _webhook_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "url": (self.webhook or {}).get("url", ""),
+            "has_custom_certificate": False,
+            "pending_update_count": len(self.pending_updates),
+        }
+        for key in ("max_connections", "allowed_updates", "ip_address"):
+            if self.webhook and key in self.webhook:
+                info[key] = self.webhook[key]
+        return info
+
+    def _set_my_commands(self, params: dict[str, Any]) -> bool:
+        commands = params.get("commands")
+        if not isinstance(commands, list) or len(commands) > 100:
+            raise _bad_request("parameter commands must be an array of at most 100 BotCommand")
+        for command in commands:
+            if not isinstance(command, dict) or not _COMMAND_NAME.fullmatch(str(command.get("command", ""))):
+                raise _bad_request("BOT_COMMAND_INVALID")
+            if not 1 <= len(str(command.get("description", ""))) <= 256:
+                raise _bad_request("BOT_COMMAND_DESCRIPTION_INVALID")
+        self.commands.append(commands)
+        self._my_commands = commands
+        return True
+
+    def _delete_my_commands(self, params: dict[str, Any]) -> bool:
+        self._my_commands = []
+        return True
+
+    def _send_chat_action(self, params: dict[str, Any]) -> bool:
+        chat_id = self._chat_id(params)
+        action = params.get("action")
+        if action not in _CHAT_ACTIONS:
+            raise _bad_request("wrong parameter action in request")
+        self.chat_actions.append(
+            {"chat_id": chat_id, "action": action, "message_thread_id": params.get("message_thread_id")}
+        )
+        return True
+
+    def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id = self._chat_id(params)
+        text, entities = self._render(params, too_long="message is too long")
+        thread_id = params.get("message_thread_id")
+        if thread_id == 1:
+            raise _bad_request("message thread not found")
+        reply = params.get("reply_parameters") if isinstance(params.get("reply_parameters"), dict) else {}
+        reply_to = reply.get("message_id", params.get("reply_to_message_id"))
+        reply_chat = reply.get("chat_id", chat_id)
+        allow_missing = reply.get("allow_sending_without_reply", params.get("allow_sending_without_reply"))
+        target = self._messages.get((reply_chat, reply_to)) if reply_to is not None else None
+        if reply_to is not None and target is None and not allow_missing:
+            raise _bad_request("message to be replied not found")
+
+        message: dict[str, Any] = {
+            "message_id": self._take_message_id(chat_id),
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+            "from": dict(self._bot_user),
+            "text": text,
+        }
+        if entities:
+            message["entities"] = entities
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        if target is not None:
+            message["reply_to_message"] = {k: v for k, v in target.items() if k != "reply_to_message"}
+        if isinstance(params.get("link_preview_options"), dict):
+            message["link_preview_options"] = params["link_preview_options"]
+        markup = params.get("reply_markup")
+        if isinstance(markup, dict) and "inline_keyboard" in markup:
+            message["reply_markup"] = markup
+        self._messages[(chat_id, message["message_id"])] = message
+
+        record = {
+            "message_id": message["message_id"],
+            "chat_id": chat_id,
+            "text": text,
+            "raw_text": params.get("text"),
+            "parse_mode": params.get("parse_mode"),
+            "entities": entities,
+            "reply_to_message_id": reply_to if target is not None else None,
+            "message_thread_id": thread_id,
+            "disable_notification": bool(params.get("disable_notification", False)),
+            "link_preview_options": params.get("link_preview_options"),
+            "reply_markup": markup,
+            "date": message["date"],
+            "edit_count": 0,
+        }
+        self.sent.append(record)
+        self._current[(chat_id, message["message_id"])] = copy.deepcopy(record)
+        return message
+
+    def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any]:
+        if "chat_id" not in params or "message_id" not in params:
+            raise _bad_request("message to edit not found")
+        chat_id = self._chat_id(params)
+        message_id = params["message_id"]
+        text, entities = self._render(params, too_long="MESSAGE_TOO_LONG")
+        message = self._messages.get((chat_id, message_id))
+        if message is None:
+            raise _bad_request("message to edit not found")
+        if message["from"]["id"] != self.bot_id or "text" not in message:
+            raise _bad_request("message can't be edited")
+        markup = params.get("reply_markup")
+        new_markup = markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
+        if (text, entities, new_markup) == (
+            message["text"],
+            message.get("entities", []),
+            message.get("reply_markup"),
+        ):
+            raise TelegramApiError(400, NOT_MODIFIED)
+        message["text"] = text
+        message.pop("entities", None)
+        if entities:
+            message["entities"] = entities
+        message.pop("reply_markup", None)
+        if new_markup is not None:
+            message["reply_markup"] = new_markup
+        message["edit_date"] = max(int(time.time()), message["date"])
+        edit = {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "text": text,
+            "raw_text": params.get("text"),
+            "parse_mode": params.get("parse_mode"),
+            "entities": entities,
+        }
+        self.edits.append(edit)
+        current = self._current[(chat_id, message_id)]
+        current.update({k: v for k, v in edit.items() if k not in ("chat_id", "message_id")})
+        current["edit_count"] += 1
+        return copy.deepcopy(message)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _render(self, params: dict[str, Any], *, too_long: str) -> tuple[str, list[dict[str, Any]]]:
+        """The visible text and entities of params["text"], validated as Telegram does."""
+        raw = params.get("text")
+        if not isinstance(raw, str) or not raw.strip():
+            raise _bad_request("message text is empty")
+        parse_mode = params.get("parse_mode")
+        entities = params.get("entities")
+        if isinstance(entities, list):
+            text, found = raw, [dict(e) for e in entities]
+        elif parse_mode is None or parse_mode == "":
+            text, found = raw, []
+        elif str(parse_mode).lower() == "html":
+            text, found = _TelegramHTML.parse(raw)
+        elif str(parse_mode).lower() in ("markdown", "markdownv2"):
+            text, found = raw, []  # not modelled: the text is taken as it is
+        else:
+            raise _bad_request(f"unsupported parse_mode {parse_mode!r}")
+        text, found = _trim(text, found)
+        if not text:
+            raise _bad_request("message text is empty")
+        if utf16_len(text) > MAX_TEXT_UTF16:
+            raise _bad_request(too_long)
+        return text, found
+
+    def _chat_id(self, params: dict[str, Any]) -> int:
+        chat_id = params.get("chat_id")
+        if chat_id is None or chat_id == "":
+            raise _bad_request("chat_id is empty")
+        if not isinstance(chat_id, int) or isinstance(chat_id, bool):
+            raise _bad_request("chat not found")
+        return chat_id
+
+    def _chat(self, chat_id: int) -> dict[str, Any]:
+        if chat_id in self._chats:
+            return dict(self._chats[chat_id])
+        if chat_id > 0:
+            return {"id": chat_id, "type": "private", "first_name": "User"}
+        kind = "supergroup" if str(chat_id).startswith("-100") else "group"
+        return {"id": chat_id, "type": kind, "title": f"Test chat {chat_id}"}
+
+    def _take_message_id(self, chat_id: int) -> int:
+        message_id = self._next_message_id[chat_id]
+        self._next_message_id[chat_id] += 1
+        return message_id
+
+    def _reply_target(self, message: dict[str, Any]) -> dict[str, Any]:
+        chat_id = message["chat"]["id"] if "chat" in message else message.get("chat_id")
+        target = self._messages.get((chat_id, message.get("message_id")), message)
+        return {k: v for k, v in copy.deepcopy(target).items() if k != "reply_to_message"}
+
+    def _enqueue(self, kind: str, payload: dict[str, Any]) -> None:
+        self._updates.append({"update_id": self._next_update_id, kind: payload})
+        self._next_update_id += 1
+        self._notify()
+
+
+async def _read_params(request: web.Request) -> dict[str, Any]:
+    """The parameters of a Bot API call from the query string and a JSON, form or multipart body."""
+    params: dict[str, Any] = dict(request.query)
+    if request.can_read_body:
+        if request.content_type == "application/json":
+            try:
+                body = await request.json()
+            except ValueError:
+                raise _bad_request("can't parse JSON encoded request body") from None
+            if not isinstance(body, dict):
+                raise _bad_request("JSON object expected")
+            params.update(body)
+        elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            form = await request.post()
+            for key, value in form.items():
+                if isinstance(value, web.FileField):
+                    content = value.file.read()
+                    params[key] = {
+                        "filename": value.filename,
+                        "content_type": value.content_type,
+                        "size": len(content),
+                    }
+                else:
+                    params[key] = value
+        else:
+            await request.read()
+    return {key: _decode(key, value) for key, value in params.items()}
+
+
+def _decode(key: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if key in _JSON_FIELDS:
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    if key in _INT_FIELDS:
+        with contextlib.suppress(ValueError):
+            return int(value)
+        with contextlib.suppress(ValueError):
+            return float(value)
+    if key in _BOOL_FIELDS and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+def _describe(predicate: Callable[[], bool]) -> str:
+    try:
+        return inspect.getsource(predicate).strip()
+    except (OSError, TypeError):
+        return getattr(predicate, "__qualname__", repr(predicate))
