@@ -17,4 +17,4 @@ USER bridge
 VOLUME ["/data"]
 # Mount a config at /app/config.toml (read by default) or pass --config; secrets via BRIDGE_* env vars.
 ENTRYPOINT ["bridge"]
-CMD ["chat"]
+CMD ["run"]
