@@ -72,6 +72,8 @@ class TelegramAdapter:
     surface = "telegram"
     supports_edit = True
     text_limit = TEXT_LIMIT
+    # Telegram allows about one message or edit a second per chat; activity edits are coalesced to that.
+    min_edit_interval_s = 1.0
 
     def __init__(
         self, settings: TelegramSettings, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep

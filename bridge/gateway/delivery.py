@@ -79,7 +79,11 @@ class Delivery:
 
 
 class ActivityReporter:
-    """Tool activity of one run: one message edited in place, or one line per finished tool."""
+    """Tool activity of one run: one message edited in place, or one line per finished tool.
+
+    Edits are coalesced in the background, at most one per the platform's min_edit_interval_s, so a
+    tool-heavy run neither trips the platform's flood limits nor waits for its own progress display.
+    """
 
     def __init__(self, delivery: Delivery, route: Route, run_id: str | None) -> None:
         self.delivery = delivery
@@ -90,6 +94,10 @@ class ActivityReporter:
         self.message_id: str | None = None
         sender = delivery.sender(route.surface)
         self.in_place = bool(sender and sender.supports_edit)
+        self.min_interval = float(getattr(sender, "min_edit_interval_s", 0.0))
+        self._shown = ""
+        self._pending = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
 
     def render(self) -> str:
         return "\n".join(render_step(step) for step in self.steps)
@@ -97,17 +105,37 @@ class ActivityReporter:
     async def tool_started(self, step: ToolStep) -> None:
         self.steps.append(step)
         if self.in_place:
-            await self._show()
+            await self._update()
 
     async def tool_finished(self, step: ToolStep) -> None:
         if self.in_place:
-            await self._show()
+            await self._update()
         else:
             await self.delivery.send(Outbound(self.route, "activity", render_step(step), self.run_id))
 
-    async def _show(self) -> None:
-        text = self.render()
+    async def _update(self) -> None:
         if self.message_id is None:
-            self.message_id = await self.delivery.send(Outbound(self.route, "activity", text, self.run_id))
-        else:
-            await self.delivery.edit(self.route, self.message_id, text)
+            # The first display is sent at once, so it always comes before the reply.
+            self._shown = self.render()
+            self.message_id = await self.delivery.send(
+                Outbound(self.route, "activity", self._shown, self.run_id)
+            )
+            return
+        self._pending.set()
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._pending.is_set():
+            self._pending.clear()
+            text = self.render()
+            if text != self._shown and self.message_id is not None:
+                self._shown = text
+                await self.delivery.edit(self.route, self.message_id, text)
+                if self._pending.is_set():
+                    await asyncio.sleep(self.min_interval)
+
+    async def close(self) -> None:
+        """Wait until the display shows the final state (before the reply is sent)."""
+        if self._flusher is not None:
+            await self._flusher

@@ -82,6 +82,7 @@ class Dispatcher:
                     observer=reporter,
                 )
             except Exception as exc:
+                await reporter.close()
                 log.exception("run for %s failed", key)
                 await self.delivery.send(
                     Outbound(
@@ -92,4 +93,5 @@ class Dispatcher:
                     )
                 )
                 return
+            await reporter.close()
         await self.delivery.send(Outbound(route, "reply", result.reply, result.run_id))

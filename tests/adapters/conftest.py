@@ -84,6 +84,7 @@ def rig(tmp_path: Path, tg: FakeTelegram) -> RigFactory:
             waits.append(seconds)
 
         adapter = TelegramAdapter(settings.telegram, sleep=no_wait)
+        adapter.min_edit_interval_s = 0.01  # coalescing has its own test; keep these quick
         async with Bridge(settings) as bridge:
             bridge.add_sender(adapter)
             await adapter.start(bridge.handle)
