@@ -27,11 +27,15 @@ async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
-@pytest.fixture
-async def fake_llm(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    """A started FakeOpenAI; script it with fake_llm.push(...) and point LLMSettings at .base_url."""
-    # httpx honours proxy variables even for loopback, so keep requests to the fake off any proxy.
+@pytest.fixture(autouse=True)
+def _loopback_without_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fake serves on 127.0.0.1, and httpx honours proxy variables even for loopback."""
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeOpenAI]:
+    """A started FakeOpenAI; script it with fake_llm.push(...) and point LLMSettings at .base_url."""
     async with FakeOpenAI() as server:
         yield server

@@ -44,9 +44,7 @@ class TelegramRig:
 
 
 @pytest.fixture
-async def tg(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+async def tg() -> AsyncIterator[FakeTelegram]:
     async with FakeTelegram() as server:
         yield server
 

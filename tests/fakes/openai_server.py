@@ -10,11 +10,12 @@ import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
+
+from tests.fakes.loopback import LoopbackServer
 
 _ids = itertools.count(1)
 
@@ -114,7 +115,7 @@ def _message(reply: Reply) -> dict[str, Any]:
     return reply.body["choices"][0]["message"]
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackServer):
     """Serves POST /v1/chat/completions (also /chat/completions) on 127.0.0.1, random port.
 
     Replies come from `script(body)` when given, else from the queue filled by push(). A request
@@ -122,45 +123,24 @@ class FakeOpenAI:
     """
 
     def __init__(self, script: Script | None = None) -> None:
+        super().__init__()
         self.script = script
         self.requests: list[dict[str, Any]] = []
         # Case-insensitive, so fake.request_headers[0]["authorization"] works however it was sent.
         self.request_headers: list[Mapping[str, str]] = []
         self.paths: list[str] = []
-        self.base_url = ""
         self._replies: deque[Reply] = deque()
         self._arrived = asyncio.Condition()
-        # Set on stop() so replies still sleeping in delay() end instead of holding shutdown up.
-        self._closing = asyncio.Event()
-        self._runner: web.AppRunner | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.base_url = f"http://{host}:{port}/v1"
 
-    async def stop(self) -> None:
-        self._closing.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeOpenAI:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+    @property
+    def base_url(self) -> str:
+        return f"{self.origin}/v1" if self.origin else ""
 
     # -- scripting and assertions ----------------------------------------------------------
 

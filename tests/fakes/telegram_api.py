@@ -12,10 +12,11 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from html.parser import HTMLParser
-from types import TracebackType
 from typing import Any, Literal
 
 from aiohttp import web
+
+from tests.fakes.loopback import LoopbackServer
 
 FaultKind = Literal["429", "502", "drop", "400"]
 
@@ -305,7 +306,7 @@ def _auto_entities(text: str) -> list[dict[str, Any]]:
     return entities
 
 
-class FakeTelegram:
+class FakeTelegram(LoopbackServer):
     """The Bot API on 127.0.0.1, random port: POST {api_base}/bot{token}/{method}.
 
     Point PTB at it with base_url=f"{api_base}/bot" and base_file_url=f"{api_base}/file/bot".
@@ -314,10 +315,10 @@ class FakeTelegram:
     """
 
     def __init__(self, token: str = "123456:TEST-TOKEN", bot_username: str = "bridge_test_bot") -> None:
+        super().__init__()
         self.token = token
         self.bot_id = int(token.split(":", 1)[0])
         self.bot_username = bot_username
-        self.api_base = ""
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.sent: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
@@ -343,37 +344,21 @@ class FakeTelegram:
         self._current: dict[tuple[int, int], dict[str, Any]] = {}  # sent records, after edits
         self._faults: defaultdict[str, deque[tuple[FaultKind, int, str]]] = defaultdict(deque)
         self._changed = asyncio.Event()
-        self._closing = asyncio.Event()
-        self._runner: web.AppRunner | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.api_base = f"http://{host}:{port}"
+
+    @property
+    def api_base(self) -> str:
+        return self.origin
 
     async def stop(self) -> None:
         self._closing.set()
         self._notify()  # open long polls answer [] at once
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeTelegram:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+        await super().stop()
 
     # -- updates for the bot ---------------------------------------------------------------
 

@@ -23,9 +23,6 @@ GROUP = -100123
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
-    # httpx honours proxy variables even for loopback, so keep requests to the fake off any proxy.
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
     monkeypatch.setenv("PTB_TIMEDELTA", "true")  # RetryAfter.retry_after as a timedelta, no warning
     async with FakeTelegram() as server:
         yield server

@@ -494,11 +494,7 @@ async def test_api_key_is_not_in_connection_error_messages(
     assert API_KEY not in caplog.text
 
 
-async def test_cancelling_a_slow_request_propagates_instead_of_retrying(
-    monkeypatch: pytest.MonkeyPatch, sleep: RecordingSleep
-) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
+async def test_cancelling_a_slow_request_propagates_instead_of_retrying(sleep: RecordingSleep) -> None:
     async def slow(body: dict[str, object]) -> Reply:
         # An async script: exercises FakeOpenAI's script path as well as the provider.
         return delay(30, text(f"echo {body['model']}"))

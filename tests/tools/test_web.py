@@ -39,14 +39,6 @@ spans lines.</p>
 </body></html>"""
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    # httpx honours proxy variables even for loopback; the tool ignores them, but a test client
-    # built from the environment must not be sent through a proxy either.
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
 @dataclass
 class Server:
     """One aiohttp server on 127.0.0.1 and the paths it was asked for."""
