@@ -39,6 +39,15 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _url(value: str | None, example: str, schemes: str = "https?") -> str | None:
+    """A URL setting: unset stays None; otherwise it must have a scheme and a host."""
+    if value is None or value == "":
+        return None
+    if not re.match(rf"^({schemes})://[^\s/]+", value):
+        raise ValueError(f"must be a URL such as {example}")
+    return value.rstrip("/")
+
+
 class LLMSettings(_Section):
     provider: Literal["openai"] = "openai"
     base_url: str | None = None
@@ -52,11 +61,7 @@ class LLMSettings(_Section):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is None or value == "":
-            return None
-        if not re.match(r"^https?://[^\s/]+", value):
-            raise ValueError("must be an http:// or https:// URL, such as http://127.0.0.1:8080/v1")
-        return value.rstrip("/")
+        return _url(value, "http://127.0.0.1:8080/v1")
 
 
 class StorageSettings(_Section):
@@ -114,15 +119,16 @@ class AccessSettings(_Section):
 
     # User ids allowed to DM the bot; "*" allows everyone. Default: owners only.
     allowed_users: list[str] = Field(default_factory=list)
-    # Group or channel ids the bot works in; "*" allows every chat it is added to.
-    allowed_chats: list[str] = Field(default_factory=list)
     # In groups, answer only when mentioned, replied to, or given a command.
     require_mention: bool = True
 
-    _ids = field_validator("allowed_users", "allowed_chats", mode="before")(_id_list)
+    _user_ids = field_validator("allowed_users", mode="before")(_id_list)
 
 
 class TelegramSettings(AccessSettings):
+    # Group ids the bot works in; "*" allows every group it is added to.
+    allowed_chats: list[str] = Field(default_factory=list)
+    _chat_ids = field_validator("allowed_chats", mode="before")(_id_list)
     enabled: bool = False
     token: SecretStr = SecretStr("")
     api_base: str = "https://api.telegram.org"
@@ -138,9 +144,7 @@ class TelegramSettings(AccessSettings):
     @field_validator("api_base")
     @classmethod
     def _api_url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s/]+", value):
-            raise ValueError("must be an http:// or https:// URL, such as https://api.telegram.org")
-        return value.rstrip("/")
+        return _url(value, "https://api.telegram.org") or "https://api.telegram.org"
 
     @model_validator(mode="after")
     def _complete(self) -> TelegramSettings:
@@ -152,6 +156,36 @@ class TelegramSettings(AccessSettings):
             r"^[A-Za-z0-9_-]{1,256}$", self.webhook_secret.get_secret_value()
         ):
             raise ValueError("webhook_secret may hold only A-Z, a-z, 0-9, _ and - (1-256 characters)")
+        return self
+
+
+class DiscordSettings(AccessSettings):
+    # Guild (server) ids the bot works in, and single channel ids; "*" allows all.
+    allowed_guilds: list[str] = Field(default_factory=list)
+    allowed_channels: list[str] = Field(default_factory=list)
+    _place_ids = field_validator("allowed_guilds", "allowed_channels", mode="before")(_id_list)
+    enabled: bool = False
+    token: SecretStr = SecretStr("")
+    # Replace Discord's REST base (https://discord.com/api/v10) and gateway, e.g. for a test server.
+    api_base: str | None = None
+    gateway_url: str | None = None
+
+    @field_validator("api_base")
+    @classmethod
+    def _rest_url(cls, value: str | None) -> str | None:
+        return _url(value, "https://discord.com/api/v10")
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _ws_url(cls, value: str | None) -> str | None:
+        return _url(value, "wss://gateway.discord.gg", schemes="wss?")
+
+    @model_validator(mode="after")
+    def _complete(self) -> DiscordSettings:
+        if self.enabled and not self.token.get_secret_value():
+            raise ValueError(
+                "token is required when enabled (Developer Portal → Bot; or BRIDGE_DISCORD__TOKEN)"
+            )
         return self
 
 
@@ -167,6 +201,7 @@ class Settings(BaseSettings):
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
+    discord: DiscordSettings = Field(default_factory=DiscordSettings)
 
     @field_validator("log_level", mode="before")
     @classmethod

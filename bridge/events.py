@@ -37,6 +37,9 @@ class Inbound:
     chat_title: str | None = None
     # Set when the message is media the bot cannot read (e.g. "photo", "voice"); text is then empty.
     unsupported: str | None = None
+    # Discord: the guild of a channel message, and the channel a thread belongs to.
+    guild_id: str | None = None
+    parent_id: str | None = None
 
     @property
     def sender(self) -> str:

@@ -23,20 +23,29 @@ class Verdict(Enum):
 @dataclass(frozen=True, slots=True)
 class SurfaceAccess:
     allowed_users: frozenset[str]
+    # Telegram groups, or Discord channels (a thread counts as its parent channel).
     allowed_chats: frozenset[str]
     require_mention: bool
+    # Discord guilds: every channel in them.
+    allowed_guilds: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, settings: AccessSettings) -> SurfaceAccess:
+    def of(cls, settings: AccessSettings, chats: Iterable[str], guilds: Iterable[str] = ()) -> SurfaceAccess:
         return cls(
-            frozenset(settings.allowed_users), frozenset(settings.allowed_chats), settings.require_mention
+            frozenset(settings.allowed_users), frozenset(chats), settings.require_mention, frozenset(guilds)
         )
 
     def user_allowed(self, user_id: str) -> bool:
         return WILDCARD in self.allowed_users or user_id in self.allowed_users
 
-    def chat_allowed(self, chat_id: str) -> bool:
-        return WILDCARD in self.allowed_chats or chat_id in self.allowed_chats
+    def place_allowed(self, inbound: Inbound) -> bool:
+        chats = {inbound.chat_id, inbound.parent_id} - {None}
+        return (
+            WILDCARD in self.allowed_chats
+            or bool(chats & self.allowed_chats)
+            or WILDCARD in self.allowed_guilds
+            or (inbound.guild_id is not None and inbound.guild_id in self.allowed_guilds)
+        )
 
 
 class AccessPolicy:
@@ -56,7 +65,14 @@ class AccessPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings, owners: Iterable[str]) -> AccessPolicy:
-        return cls(owners, {"telegram": SurfaceAccess.of(settings.telegram)})
+        telegram, discord = settings.telegram, settings.discord
+        return cls(
+            owners,
+            {
+                "telegram": SurfaceAccess.of(telegram, telegram.allowed_chats),
+                "discord": SurfaceAccess.of(discord, discord.allowed_channels, discord.allowed_guilds),
+            },
+        )
 
     def check(self, inbound: Inbound) -> Verdict:
         rules = self.surfaces.get(inbound.surface)
@@ -68,7 +84,7 @@ class AccessPolicy:
             return Verdict.ALLOW
         if in_group:
             # Strangers' groups get silence, not refusals: the bot may have been added by anyone.
-            return Verdict.ALLOW if rules.chat_allowed(inbound.chat_id) else Verdict.IGNORE
+            return Verdict.ALLOW if rules.place_allowed(inbound) else Verdict.IGNORE
         if rules.user_allowed(inbound.sender_id):
             return Verdict.ALLOW
         return self._refuse_once_an_hour(inbound.sender)

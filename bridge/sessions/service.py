@@ -39,6 +39,7 @@ class SessionService:
             last_route=json.dumps(
                 {"surface": route.surface, "chat_id": route.chat_id, "thread_id": route.thread_id}
             ),
+            parent_id=inbound.parent_id,
         )
         return await self.store.ensure_active_session(self.key_for(inbound), meta)
 

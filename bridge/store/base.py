@@ -22,6 +22,7 @@ class SessionRow:
     display_name: str | None = None
     send_policy: str | None = None
     last_route: str | None = None
+    parent_id: str | None = None
 
     @property
     def active(self) -> bool:
@@ -36,6 +37,7 @@ class SessionMeta:
     chat_type: str | None = None
     display_name: str | None = None
     last_route: str | None = None
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,10 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX memories_by_scope ON memories (scope, id);
     """,
+    # 2: the channel a thread session belongs to (Discord threads are keyed by their own id).
+    """
+    ALTER TABLE sessions ADD COLUMN parent_id TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

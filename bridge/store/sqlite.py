@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import sqlite3
@@ -26,7 +27,8 @@ from bridge.store.base import (
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 _SESSION_COLS = (
-    "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route"
+    "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route, "
+    "parent_id"
 )
 _MESSAGE_COLS = (
     "id, session_id, kind, content, created_at, run_id, step, tool_name, tool_call_id, tool_input, "
@@ -36,6 +38,10 @@ _RUN_COLS = (
     "id, session_id, status, started_at, channel, input_hash, ended_at, iterations, prompt_tokens, "
     "completion_tokens, error"
 )
+
+
+# The session columns an inbound message describes (SessionMeta's fields, same names as columns).
+_META_FIELDS = tuple(f.name for f in dataclasses.fields(SessionMeta))
 
 
 def new_id() -> str:
@@ -149,9 +155,7 @@ class SQLiteStore:
     async def start_new_session(self, key: str, meta: SessionMeta | None = None) -> SessionRow:
         previous = await self.active_session(key)
         if meta is None and previous is not None:
-            meta = SessionMeta(
-                previous.surface, previous.chat_type, previous.display_name, previous.last_route
-            )
+            meta = SessionMeta(**{name: getattr(previous, name) for name in _META_FIELDS})
         async with self._transaction() as db:
             await db.execute(
                 "UPDATE sessions SET ended_at = ? WHERE key = ? AND ended_at IS NULL", (time.time(), key)
@@ -161,37 +165,22 @@ class SQLiteStore:
     async def _insert_session(
         self, db: aiosqlite.Connection, key: str, meta: SessionMeta | None
     ) -> SessionRow:
-        meta = meta or SessionMeta()
+        values = {name: getattr(meta or SessionMeta(), name) for name in _META_FIELDS}
         now = time.time()
-        row = SessionRow(
-            id=new_id(),
-            key=key,
-            created_at=now,
-            updated_at=now,
-            surface=meta.surface,
-            chat_type=meta.chat_type,
-            display_name=meta.display_name,
-            last_route=meta.last_route,
-        )
+        row = SessionRow(id=new_id(), key=key, created_at=now, updated_at=now, **values)
+        columns = ("id", "key", "created_at", "updated_at", *values)
         await db.execute(
-            "INSERT INTO sessions (id, key, created_at, updated_at, surface, chat_type, display_name, "
-            "last_route) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (row.id, key, now, now, row.surface, row.chat_type, row.display_name, row.last_route),
+            f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+            (row.id, key, now, now, *values.values()),
         )
         return row
 
     async def _update_meta(self, session: SessionRow, meta: SessionMeta) -> SessionRow:
-        merged = SessionMeta(
-            meta.surface or session.surface,
-            meta.chat_type or session.chat_type,
-            meta.display_name or session.display_name,
-            meta.last_route or session.last_route,
-        )
+        merged = {name: getattr(meta, name) or getattr(session, name) for name in _META_FIELDS}
         async with self._transaction() as db:
             await db.execute(
-                "UPDATE sessions SET surface = ?, chat_type = ?, display_name = ?, last_route = ? "
-                "WHERE id = ?",
-                (merged.surface, merged.chat_type, merged.display_name, merged.last_route, session.id),
+                f"UPDATE sessions SET {', '.join(f'{name} = ?' for name in merged)} WHERE id = ?",
+                (*merged.values(), session.id),
             )
         found = await self.get_session(session.id)
         assert found is not None
@@ -369,13 +358,8 @@ class SQLiteStore:
 
 def _meta_differs(session: SessionRow, meta: SessionMeta) -> bool:
     return any(
-        new is not None and new != old
-        for new, old in (
-            (meta.surface, session.surface),
-            (meta.chat_type, session.chat_type),
-            (meta.display_name, session.display_name),
-            (meta.last_route, session.last_route),
-        )
+        getattr(meta, name) is not None and getattr(meta, name) != getattr(session, name)
+        for name in _META_FIELDS
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.config import Settings
 from bridge.events import Inbound
 from bridge.gateway.access import AccessPolicy, SurfaceAccess, Verdict
 
@@ -77,3 +78,27 @@ def test_unlisted_groups_get_silence_not_refusals() -> None:
 
 def test_surfaces_without_access_rules_are_open_in_direct_chats() -> None:
     assert policy().check(dm("anyone", surface="console")) is Verdict.ALLOW
+
+
+def discord_message(*, channel: str, guild: str | None, parent: str | None = None) -> Inbound:
+    return Inbound("discord", "channel", channel, "5", "hi", mentioned=True, guild_id=guild, parent_id=parent)
+
+
+def test_discord_channels_pass_by_guild_by_channel_or_by_a_thread_s_parent() -> None:
+    rules = SurfaceAccess(frozenset(), frozenset({"c1"}), True, frozenset({"g1"}))
+    access = AccessPolicy([], {"discord": rules})
+    assert access.check(discord_message(channel="c9", guild="g1")) is Verdict.ALLOW
+    assert access.check(discord_message(channel="c1", guild="g2")) is Verdict.ALLOW
+    assert access.check(discord_message(channel="thread7", guild="g2", parent="c1")) is Verdict.ALLOW
+    assert access.check(discord_message(channel="c9", guild="g2")) is Verdict.IGNORE
+
+
+def test_discord_access_comes_from_its_config_section() -> None:
+    settings = Settings(
+        discord={"allowed_guilds": [111], "allowed_channels": ["222"], "allowed_users": [333]}
+    )
+    access = AccessPolicy.from_settings(settings, [])
+    assert access.check(discord_message(channel="9", guild="111")) is Verdict.ALLOW
+    assert access.check(discord_message(channel="222", guild=None)) is Verdict.ALLOW
+    assert access.check(Inbound("discord", "dm", "d", "333", "hi")) is Verdict.ALLOW
+    assert access.check(Inbound("discord", "dm", "d", "444", "hi")) is Verdict.REFUSE

@@ -10,7 +10,7 @@ import pytest
 
 from bridge.store import sqlite as sqlite_module
 from bridge.store.base import SessionMeta, SessionRow, StoreError, ToolExchange
-from bridge.store.migrations import SCHEMA_VERSION
+from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.sqlite import SQLiteStore, dumps
 
 
@@ -550,3 +550,23 @@ async def test_run_round_trip(store: SQLiteStore, session: SessionRow) -> None:
 
 async def test_unknown_run_is_none(store: SQLiteStore) -> None:
     assert await store.get_run("missing") is None
+
+
+async def test_a_version_one_database_is_upgraded_in_place_keeping_its_sessions(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(db_path) as raw:
+        raw.executescript(MIGRATIONS[0])
+        raw.execute("PRAGMA user_version = 1")
+        raw.execute("INSERT INTO sessions (id, key, created_at, updated_at) VALUES ('old', 'main', 1, 1)")
+    raw.close()
+    store = SQLiteStore(db_path)
+    await store.open()
+    try:
+        old = await store.get_session("old")
+        thread = await store.ensure_active_session("discord:channel:9", SessionMeta(parent_id="8"))
+        version = await store._scalar("PRAGMA user_version")
+    finally:
+        await store.close()
+    assert old is not None and old.parent_id is None
+    assert thread.parent_id == "8"
+    assert version == SCHEMA_VERSION == 2
