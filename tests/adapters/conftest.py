@@ -9,15 +9,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from discord.gateway import DiscordWebSocket
+from discord.http import Route as DiscordRoute
 
 from adapters.telegram import TelegramAdapter
 from bridge.app import Bridge
 from bridge.config import Settings
+from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram
 
 OWNER = 42
 GROUP = -100777
+# Discord ids of the fake's world.
+DISCORD_OWNER = 5001
+MEMBER = 5002
+GUILD = 7001
+CHANNEL = 7101
+OTHER_GUILD = 7002
+OTHER_CHANNEL = 7201
+THREAD = 7301
 
 
 @dataclass
@@ -64,6 +75,20 @@ def telegram_settings(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, **teleg
             **telegram,
         },
     )
+
+
+@pytest.fixture
+async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
+    # The adapter points discord.py's class attributes at the fake; restore them after the test.
+    monkeypatch.setattr(DiscordRoute, "BASE", DiscordRoute.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+    async with FakeDiscord() as server:
+        server.user(DISCORD_OWNER, "owner")
+        server.user(MEMBER, "member")
+        server.add_guild(GUILD, "Home", channels=[(CHANNEL, "general")])
+        server.add_guild(OTHER_GUILD, "Elsewhere", channels=[(OTHER_CHANNEL, "random")])
+        server.add_thread(THREAD, CHANNEL, GUILD, "a thread")
+        yield server
 
 
 RigFactory = Callable[..., Any]

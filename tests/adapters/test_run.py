@@ -1,4 +1,4 @@
-"""`bridge run` as a real process, webhook mode, and sends that keep failing."""
+"""`bridge run` as a real process (Telegram, and Telegram with Discord), webhooks, failing sends."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.adapters.conftest import OWNER, RigFactory
+from tests.adapters.conftest import DISCORD_OWNER, OWNER, RigFactory
 from tests.fakes import openai_server as fake
+from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram
 from tests.test_cli import _command, _env
@@ -138,3 +139,46 @@ async def test_bridge_run_with_nothing_enabled_says_what_to_enable(tmp_path: Pat
     assert process.returncode == 2
     assert "[telegram] enabled = true" in stderr.decode()
     assert os.listdir(tmp_path) == []
+
+
+async def test_bridge_run_serves_telegram_and_discord_in_one_process_and_stops_on_sigterm(
+    tmp_path: Path, tg: FakeTelegram, dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("hello telegram"), fake.text("hello discord"))
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'owners = ["telegram:{OWNER}", "discord:{DISCORD_OWNER}"]\n'
+        f'[llm]\nbase_url = "{fake_llm.base_url}"\nmodel = "fake"\nmax_retries = 0\n'
+        f'[storage]\npath = "{tmp_path / "bridge.db"}"\n'
+        f'[telegram]\nenabled = true\ntoken = "{tg.token}"\napi_base = "{tg.api_base}"\npoll_timeout_s = 5\n'
+        f'[discord]\nenabled = true\ntoken = "{dc.token}"\napi_base = "{dc.api_base}"\n'
+        f'gateway_url = "{dc.gateway_url}"\n',
+        encoding="utf-8",
+    )
+    process = await asyncio.create_subprocess_exec(
+        *_command("run", "--config", str(config)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
+        env=_env(),
+    )
+    try:
+        await dc.wait_for(lambda: dc.identify_count >= 1, timeout=30)
+        tg.dm(OWNER, "hi from telegram")
+        await tg.wait_for(lambda: len(tg.messages_in(OWNER)) >= 1, timeout=30)
+        asked = dc.dm(DISCORD_OWNER, "hi from discord")
+        await dc.wait_for(lambda: any(m["channel_id"] == asked["channel_id"] for m in dc.created), timeout=30)
+        process.send_signal(signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=5)
+        elapsed = loop.time() - started
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, stderr.decode()
+    assert elapsed < 5
+    assert tg.messages_in(OWNER)[0]["text"] == "hello telegram"
+    assert [m["content"] for m in dc.created] == ["hello discord"]
+    assert dc.token not in stderr.decode() and tg.token not in stderr.decode()

@@ -1,0 +1,240 @@
+"""The Discord surface on discord.py: DMs, guild channels and threads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import discord
+import yarl
+from discord.gateway import DiscordWebSocket
+from discord.http import Route as DiscordRoute
+
+from bridge.config import DiscordSettings, Settings
+from bridge.events import AdapterStartError, Inbound, InboundHandler, Outbound, Route
+from bridge.gateway.commands import COMMANDS
+from bridge.text import split_message
+
+log = logging.getLogger(__name__)
+
+TEXT_LIMIT = 2000
+SEND_ATTEMPTS = 4
+READY_TIMEOUT_S = 60.0
+_COMMAND_NAMES = frozenset(name for name, _ in COMMANDS)
+_CHAT_MESSAGE_TYPES = (discord.MessageType.default, discord.MessageType.reply)
+
+
+def point_discord_at(api_base: str | None, gateway_url: str | None) -> None:
+    """The one place that redirects discord.py to another Discord (a test server, a proxy).
+
+    Both are class attributes read when the client logs in and connects, so this runs before login.
+    """
+    if api_base:
+        DiscordRoute.BASE = api_base
+    if gateway_url:
+        DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+
+
+class DiscordAdapter:
+    """One bot account over the gateway; everything it sends pings no one."""
+
+    surface = "discord"
+    supports_edit = True
+    text_limit = TEXT_LIMIT
+    # Discord allows 5 edits per 5 s per channel; one a second leaves room for the replies.
+    min_edit_interval_s = 1.0
+
+    def __init__(
+        self,
+        settings: DiscordSettings,
+        *,
+        client_options: dict[str, Any] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.settings = settings
+        # Extra discord.Client keyword arguments (tests shorten guild_ready_timeout).
+        self._client_options = client_options or {}
+        self._sleep = sleep
+        self._handler: InboundHandler | None = None
+        self._client: discord.Client | None = None
+        self._connection: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DiscordAdapter:
+        return cls(settings.discord)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        point_discord_at(self.settings.api_base, self.settings.gateway_url)
+        intents = discord.Intents.default()
+        intents.message_content = True
+        client = discord.Client(
+            intents=intents, allowed_mentions=discord.AllowedMentions.none(), **self._client_options
+        )
+        client.on_message = self._on_message  # type: ignore[attr-defined]
+        self._client = client
+        try:
+            await client.login(self.settings.token.get_secret_value())
+        except discord.LoginFailure:
+            await client.close()
+            raise AdapterStartError(
+                "Discord rejected the bot token. Check [discord] token, or BRIDGE_DISCORD__TOKEN "
+                "(Developer Portal → your application → Bot → Reset Token)."
+            ) from None
+        except (discord.HTTPException, OSError) as exc:
+            await client.close()
+            raise AdapterStartError(f"Can't reach the Discord API: {exc}") from None
+        # Reconnects and RESUME are discord.py's job; connect() returns only when the client closes.
+        self._connection = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
+        ready = asyncio.create_task(client.wait_until_ready())
+        done, _ = await asyncio.wait(
+            {ready, self._connection}, timeout=READY_TIMEOUT_S, return_when="FIRST_COMPLETED"
+        )
+        if ready not in done:
+            ready.cancel()
+            error = self._connection.exception() if self._connection in done else None
+            await self.stop()
+            if isinstance(error, discord.PrivilegedIntentsRequired):
+                raise AdapterStartError(
+                    "Discord refused the message-content intent: enable it in the Developer Portal "
+                    "(Bot → Privileged Gateway Intents → Message Content Intent)."
+                )
+            raise AdapterStartError(f"Discord gateway did not become ready: {error or 'timed out'}")
+        assert client.user is not None
+        log.info("Discord: %s is connected", client.user)
+
+    async def stop(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(connection, 5)
+
+    @property
+    def client(self) -> discord.Client:
+        if self._client is None:
+            raise RuntimeError("the Discord adapter is not started")
+        return self._client
+
+    # ------------------------------------------------------------------ inbound
+
+    async def _on_message(self, message: discord.Message) -> None:
+        if self._handler is None:
+            return
+        inbound = self.normalize(message)
+        if inbound is not None:
+            await self._handler(inbound)
+
+    def normalize(self, message: discord.Message) -> Inbound | None:
+        """A Discord message as an Inbound, or None when the bot should not look at it."""
+        me = self.client.user
+        if me is None or message.author.bot or message.type not in _CHAT_MESSAGE_TYPES:
+            return None
+        channel = message.channel
+        guild_id = parent_id = None
+        if isinstance(channel, discord.DMChannel):
+            chat_type, title = "dm", None
+        elif isinstance(channel, discord.Thread):
+            chat_type, title, parent_id = "channel", channel.name, str(channel.parent_id)
+        elif isinstance(channel, discord.TextChannel | discord.VoiceChannel | discord.StageChannel):
+            chat_type, title = "channel", channel.name
+        else:
+            return None  # group DMs, forums' starter posts handled as threads, unknown kinds
+        if message.guild is not None:
+            guild_id = str(message.guild.id)
+        text = message.content
+        unsupported = None
+        if not text.strip():
+            if message.attachments:
+                unsupported = "attachment"
+            elif message.stickers:
+                unsupported = "sticker"
+            else:
+                return None  # embeds-only or empty system-ish messages
+        mentioned, text = self._addressing(message, text, me.id)
+        return Inbound(
+            surface=self.surface,
+            chat_type=chat_type,  # type: ignore[arg-type]
+            chat_id=str(channel.id),
+            sender_id=str(message.author.id),
+            text=text,
+            message_id=str(message.id),
+            mentioned=chat_type == "dm" or mentioned,
+            sender_name=message.author.display_name,
+            chat_title=title,
+            unsupported=unsupported,
+            guild_id=guild_id,
+            parent_id=parent_id,
+        )
+
+    def _addressing(self, message: discord.Message, text: str, bot_id: int) -> tuple[bool, str]:
+        mention = re.compile(rf"<@!?{bot_id}>")
+        mentioned = any(user.id == bot_id for user in message.mentions) or bool(mention.search(text))
+        text = re.sub(r"[ \t]{2,}", " ", mention.sub("", text)).strip()
+        resolved = message.reference.resolved if message.reference else None
+        if isinstance(resolved, discord.Message) and resolved.author.id == bot_id:
+            mentioned = True
+        command = re.match(r"^/([A-Za-z]+)\b", text)
+        if command and command.group(1).lower() in _COMMAND_NAMES:
+            mentioned = True
+        return mentioned, text
+
+    # ------------------------------------------------------------------ outbound
+
+    async def send(self, item: Outbound) -> str | None:
+        channel = self.client.get_partial_messageable(int(item.route.chat_id))
+        ids: list[int] = []
+        for index, chunk in enumerate(split_message(item.text, TEXT_LIMIT)):
+            extra: dict[str, Any] = {}
+            if index == 0 and item.route.reply_to is not None:
+                extra["reference"] = discord.MessageReference(
+                    message_id=int(item.route.reply_to), channel_id=channel.id, fail_if_not_exists=False
+                )
+                extra["mention_author"] = False
+            sent = await self._send_once(channel, chunk, extra)
+            ids.append(sent.id)
+        if not ids:
+            return None
+        return str(ids[0] if item.kind == "activity" else ids[-1])
+
+    async def _send_once(
+        self, channel: discord.PartialMessageable, chunk: str, extra: dict[str, Any]
+    ) -> discord.Message:
+        """Send one chunk, retrying lost connections and 5xx with the same nonce.
+
+        With a nonce and enforce_nonce, Discord answers a repeated create with the message it already
+        made, so a retry after a request that did arrive never posts the chunk twice. discord.py
+        retries 500/502/504 itself (with that same payload); this covers dropped connections and 503.
+        """
+        nonce = secrets.token_hex(8)
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            try:
+                return await channel.send(
+                    chunk, nonce=nonce, allowed_mentions=discord.AllowedMentions.none(), **extra
+                )
+            except (aiohttp.ClientError, discord.DiscordServerError, OSError):
+                if attempt == SEND_ATTEMPTS:
+                    raise
+                log.info("Discord: send failed, retrying (attempt %d of %d)", attempt + 1, SEND_ATTEMPTS)
+                await self._sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
+        raise AssertionError("unreachable")
+
+    async def edit(self, route: Route, message_id: str, text: str) -> None:
+        channel = self.client.get_partial_messageable(int(route.chat_id))
+        text = text if len(text) <= TEXT_LIMIT else "…" + text[-(TEXT_LIMIT - 1) :]
+        await channel.get_partial_message(int(message_id)).edit(
+            content=text, allowed_mentions=discord.AllowedMentions.none()
+        )
+
+    async def typing(self, route: Route) -> None:
+        await self.client.get_partial_messageable(int(route.chat_id)).typing()

@@ -1,0 +1,252 @@
+"""The real discord.py client against the fake Discord: DMs, channels, threads, output and faults."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.discord import DiscordAdapter
+from bridge.app import Bridge
+from bridge.config import Settings
+from bridge.events import AdapterStartError
+from tests.adapters.conftest import (
+    CHANNEL,
+    GUILD,
+    MEMBER,
+    OTHER_CHANNEL,
+    OTHER_GUILD,
+    THREAD,
+)
+from tests.adapters.conftest import (
+    DISCORD_OWNER as OWNER,
+)
+from tests.fakes import openai_server as fake
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.scripted_model import HistoryTrustingModel
+
+CORE = ["load_tool_group", "get_current_time", "search_history", "save_memory"]
+
+
+@dataclass
+class DiscordRig:
+    bridge: Bridge
+    adapter: DiscordAdapter
+    dc: FakeDiscord
+    waits: list[float]
+
+    def bot_messages(self, channel_id: int | str) -> list[dict[str, Any]]:
+        return [m for m in self.dc.created if m["channel_id"] == str(channel_id)]
+
+    async def bot_sent(self, channel_id: int | str, n: int, within: float = 5.0) -> list[dict[str, Any]]:
+        await self.dc.wait_for(lambda: len(self.bot_messages(channel_id)) >= n, within)
+        return self.bot_messages(channel_id)
+
+
+def discord_settings(tmp_path: Path, dc: FakeDiscord, llm: FakeOpenAI, **discord: Any) -> Settings:
+    return Settings(
+        owners=[f"discord:{OWNER}"],
+        llm={"base_url": llm.base_url, "model": "fake", "max_retries": 0, "timeout_s": 5},
+        storage={"path": str(tmp_path / "bridge.db")},
+        tools={"workspace": str(tmp_path / "workspace")},
+        discord={
+            "enabled": True,
+            "token": dc.token,
+            "api_base": dc.api_base,
+            "gateway_url": dc.gateway_url,
+            "allowed_guilds": [str(GUILD)],
+            **discord,
+        },
+    )
+
+
+@pytest.fixture
+def rig(tmp_path: Path, dc: FakeDiscord) -> Callable[..., Any]:
+    @asynccontextmanager
+    async def make(llm: FakeOpenAI, **discord: Any) -> AsyncIterator[DiscordRig]:
+        settings = discord_settings(tmp_path, dc, llm, **discord)
+        waits: list[float] = []
+
+        async def no_wait(seconds: float) -> None:
+            waits.append(seconds)
+
+        adapter = DiscordAdapter(
+            settings.discord, client_options={"guild_ready_timeout": 0.05}, sleep=no_wait
+        )
+        adapter.min_edit_interval_s = 0.01
+        async with Bridge(settings) as bridge:
+            bridge.add_sender(adapter)
+            await adapter.start(bridge.handle)
+            try:
+                yield DiscordRig(bridge, adapter, dc, waits)
+            finally:
+                await adapter.stop()
+
+    return make
+
+
+def mention(dc: FakeDiscord) -> str:
+    return f"<@{dc.bot_id}>"
+
+
+async def test_a_dm_from_the_owner_is_answered_as_a_reply_that_pings_no_one(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("Hello @everyone and <@&123>"))
+    async with rig(fake_llm) as r:
+        asked = dc.dm(OWNER, "hi bot")
+        [reply] = await r.bot_sent(asked["channel_id"], 1)
+        main = await r.bridge.store.active_session("main")
+    assert reply["content"] == "Hello @everyone and <@&123>"
+    assert reply["_request"]["allowed_mentions"]["parse"] == []
+    assert reply["_request"]["allowed_mentions"].get("replied_user", False) is False
+    assert str(reply["_request"]["message_reference"]["message_id"]) == asked["id"]
+    assert reply["_request"]["nonce"] and reply["_request"]["enforce_nonce"] is True
+    assert main is not None and main.surface == "discord"
+    assert dc.typing
+
+
+async def test_groups_loaded_in_turn_one_are_used_directly_in_turn_two_and_clear_resets(
+    rig: Callable[..., Any], dc: FakeDiscord
+) -> None:
+    model = HistoryTrustingModel()
+    async with FakeOpenAI(model) as llm, rig(llm) as r:
+        first = dc.dm(OWNER, "show my sessions")
+        channel = first["channel_id"]
+        await r.bot_sent(channel, 2)
+        dc.dm(OWNER, "show my sessions again")
+        await r.bot_sent(channel, 4)
+        turn2 = next(
+            i
+            for i, b in enumerate(llm.requests)
+            if b["messages"][-1].get("content") == "show my sessions again"
+        )
+        assert {"sessions_list", "sessions_history"} <= set(llm.tool_names(turn2))
+        assert model.seen_errors == []
+        dc.dm(OWNER, "/clear")
+        await r.bot_sent(channel, 5)
+        dc.dm(OWNER, "hello")
+        await r.bot_sent(channel, 6)
+        hello = next(i for i, b in enumerate(llm.requests) if b["messages"][-1].get("content") == "hello")
+        assert llm.tool_names(hello) == CORE
+    assert "Started a new session" in r.bot_messages(channel)[4]["content"]
+
+
+async def test_activity_is_edited_in_place_and_the_reply_is_separate(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.tool_call("get_current_time", {}), fake.text("It is now."))
+    async with rig(fake_llm) as r:
+        asked = dc.dm(OWNER, "time?")
+        activity, reply = await r.bot_sent(asked["channel_id"], 2)
+        await dc.wait_for(lambda: "✓" in r.bot_messages(asked["channel_id"])[0]["content"])
+    assert r.bot_messages(asked["channel_id"])[0]["content"] == "⚙ get_current_time() ✓"
+    assert "message_reference" not in activity["_request"] or not activity["_request"]["message_reference"]
+    assert reply["content"] == "It is now."
+
+
+async def test_in_guild_channels_only_mentions_replies_and_commands_are_answered(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("first"), fake.text("second"))
+    async with rig(fake_llm) as r:
+        dc.post(CHANNEL, MEMBER, "just chatting", guild_id=GUILD)
+        dc.post(
+            OTHER_CHANNEL, MEMBER, f"{mention(dc)} not allowed here", guild_id=OTHER_GUILD, mentions_bot=True
+        )
+        dc.post(CHANNEL, MEMBER, f"{mention(dc)} what is up?", guild_id=GUILD, mentions_bot=True)
+        [first] = await r.bot_sent(CHANNEL, 1)
+        dc.post(CHANNEL, MEMBER, "and you?", guild_id=GUILD, reply_to=first["id"])
+        await r.bot_sent(CHANNEL, 2)
+        dc.post(CHANNEL, MEMBER, "/status", guild_id=GUILD)
+        sent = await r.bot_sent(CHANNEL, 3)
+        session = await r.bridge.store.active_session(f"discord:channel:{CHANNEL}")
+    assert [m["content"] for m in sent[:2]] == ["first", "second"]
+    assert sent[2]["content"].startswith("Session: ")
+    assert fake_llm.requests[0]["messages"][-1]["content"] == "what is up?"
+    assert r.bot_messages(OTHER_CHANNEL) == []
+    assert session is not None and session.chat_type == "channel"
+
+
+async def test_a_thread_is_its_own_session_and_records_its_parent_channel(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("in the thread"))
+    async with rig(fake_llm, require_mention=False, allowed_guilds=[], allowed_channels=[str(CHANNEL)]) as r:
+        dc.post(THREAD, MEMBER, "thread question", guild_id=GUILD)
+        [reply] = await r.bot_sent(THREAD, 1)
+        session = await r.bridge.store.active_session(f"discord:channel:{THREAD}")
+    assert reply["content"] == "in the thread"
+    assert session is not None and session.parent_id == str(CHANNEL)
+
+
+async def test_long_replies_are_split_under_2000_characters_with_code_fences_intact(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    code = "\n".join(f"print({i})  # a line of code" for i in range(150))
+    fake_llm.push(fake.text("Here:\n\n```python\n" + code + "\n```\n\nDone."))
+    async with rig(fake_llm) as r:
+        asked = dc.dm(OWNER, "code please")
+        await dc.wait_for(lambda: any("Done." in m["content"] for m in r.bot_messages(asked["channel_id"])))
+        chunks = r.bot_messages(asked["channel_id"])
+    assert len(chunks) >= 3
+    assert all(len(c["content"]) <= 2000 for c in chunks)
+    assert all(c["content"].count("```") % 2 == 0 for c in chunks)
+    joined = "".join(c["content"] for c in chunks)
+    assert all(f"print({i})" in joined for i in range(150))
+
+
+async def test_a_429_bucket_is_respected_and_a_dropped_send_is_retried_without_duplicates(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("after the limit"), fake.text("after the drop"))
+    async with rig(fake_llm) as r:
+        channel = dc.dm_channel(OWNER)["id"]
+        key = "POST /channels/{id}/messages"
+        dc.fail_next(key, "429", retry_after=0.3)
+        dc.dm(OWNER, "one")
+        await r.bot_sent(channel, 1)
+        creates = [
+            q
+            for q in dc.requests
+            if q["key"].startswith("POST /channels/") and q["path"].endswith("/messages")
+        ]
+        assert len(creates) == 2 and creates[1]["at"] - creates[0]["at"] >= 0.27
+        dc.fail_next(key, "drop")
+        dc.dm(OWNER, "two")
+        await r.bot_sent(channel, 2)
+    assert [m["content"] for m in r.bot_messages(channel)] == ["after the limit", "after the drop"]
+    assert r.waits  # the drop was retried by the adapter (with the same nonce)
+
+
+async def test_a_gateway_reconnect_mid_conversation_resumes_and_loses_nothing(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("before"), fake.text("after"))
+    async with rig(fake_llm) as r:
+        channel = dc.dm(OWNER, "first")["channel_id"]
+        await r.bot_sent(channel, 1)
+        dc.reconnect()
+        await dc.wait_for(lambda: dc.resume_count >= 1)
+        dc.dm(OWNER, "second")
+        await r.bot_sent(channel, 2)
+    assert [m["content"] for m in r.bot_messages(channel)] == ["before", "after"]
+    assert dc.identify_count == 1
+
+
+async def test_a_bad_token_is_one_clear_error(tmp_path: Path, dc: FakeDiscord, fake_llm: FakeOpenAI) -> None:
+    settings = discord_settings(tmp_path, dc, fake_llm, token="WRONG.TOKEN")
+
+    async def ignore(_: object) -> None:
+        return None
+
+    adapter = DiscordAdapter(settings.discord)
+    with pytest.raises(AdapterStartError, match="rejected the bot token"):
+        await adapter.start(ignore)  # type: ignore[arg-type]
+    await asyncio.sleep(0)
