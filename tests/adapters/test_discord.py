@@ -250,3 +250,65 @@ async def test_a_bad_token_is_one_clear_error(tmp_path: Path, dc: FakeDiscord, f
     with pytest.raises(AdapterStartError, match="rejected the bot token"):
         await adapter.start(ignore)  # type: ignore[arg-type]
     await asyncio.sleep(0)
+
+
+async def test_other_people_s_dms_get_their_own_session_when_allowed_and_a_refusal_otherwise(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("hi member"))
+    async with rig(fake_llm, allowed_users=[str(MEMBER)]) as r:
+        asked = dc.dm(MEMBER, "hello")
+        [reply] = await r.bot_sent(asked["channel_id"], 1)
+        stranger = dc.dm(9999, "me too?")
+        [refusal] = await r.bot_sent(stranger["channel_id"], 1)
+        member_session = await r.bridge.store.active_session(f"discord:dm:{MEMBER}")
+    assert reply["content"] == "hi member"
+    assert "9999" in refusal["content"]
+    assert member_session is not None
+    assert len(fake_llm.requests) == 1
+
+
+async def test_bots_and_system_messages_are_ignored(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("only the human"))
+    async with rig(fake_llm, require_mention=False) as r:
+        dc.post(CHANNEL, 8888, "beep boop", guild_id=GUILD, author_bot=True)
+        dc.post(CHANNEL, MEMBER, "joined the server", guild_id=GUILD, message_type=7)  # a join notice
+        dc.post(CHANNEL, MEMBER, "a human speaks", guild_id=GUILD)
+        await r.bot_sent(CHANNEL, 1)
+    assert len(fake_llm.requests) == 1
+    assert fake_llm.requests[0]["messages"][-1]["content"] == "a human speaks"
+
+
+async def test_a_server_error_on_send_is_retried_into_exactly_one_message(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("survived a 500"))
+    async with rig(fake_llm) as r:
+        dc.fail_next("POST /channels/{id}/messages", "500")
+        asked = dc.dm(OWNER, "hi")
+        [reply] = await r.bot_sent(asked["channel_id"], 1, within=10)
+    assert reply["content"] == "survived a 500"
+    assert len(r.bot_messages(asked["channel_id"])) == 1
+
+
+async def test_a_message_delivered_again_after_a_restart_is_not_answered_again(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("once"))
+    seen: list[Any] = []
+    async with rig(fake_llm) as r:
+        handle = r.bridge.handle
+
+        async def recording(inbound: Any) -> Any:
+            seen.append(inbound)
+            return await handle(inbound)
+
+        r.adapter._handler = recording
+        asked = dc.dm(OWNER, "question")
+        await r.bot_sent(asked["channel_id"], 1)
+    # A new process on the same database, handed the same Discord message again.
+    async with rig(fake_llm) as r:
+        assert await r.bridge.handle(seen[0]) is None
+    assert len(fake_llm.requests) == 1
