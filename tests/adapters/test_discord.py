@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from discord.gateway import DiscordWebSocket
+from discord.http import Route as DiscordRoute
 
 from adapters.discord import DiscordAdapter
 from bridge.app import Bridge
@@ -312,3 +314,19 @@ async def test_a_message_delivered_again_after_a_restart_is_not_answered_again(
     async with rig(fake_llm) as r:
         assert await r.bridge.handle(seen[0]) is None
     assert len(fake_llm.requests) == 1
+
+
+async def test_a_missing_message_content_intent_is_named_with_where_to_enable_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+) -> None:
+    monkeypatch.setattr(DiscordRoute, "BASE", DiscordRoute.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+    async with FakeDiscord(allowed_privileged_intents=0) as strict:
+        settings = discord_settings(tmp_path, strict, fake_llm)
+
+        async def ignore(_: object) -> None:
+            return None
+
+        adapter = DiscordAdapter(settings.discord, client_options={"guild_ready_timeout": 0.05})
+        with pytest.raises(AdapterStartError, match="Message Content Intent"):
+            await adapter.start(ignore)  # type: ignore[arg-type]
