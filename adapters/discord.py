@@ -17,7 +17,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
 from bridge.config import DiscordSettings, Settings
-from bridge.events import AdapterStartError, Inbound, InboundHandler, Outbound, Route
+from bridge.events import AdapterStartError, ChatType, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.text import split_message
 
@@ -96,7 +96,7 @@ class DiscordAdapter:
         self._connection = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready())
         done, _ = await asyncio.wait(
-            {ready, self._connection}, timeout=READY_TIMEOUT_S, return_when="FIRST_COMPLETED"
+            {ready, self._connection}, timeout=READY_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
         )
         if ready not in done:
             ready.cancel()
@@ -142,6 +142,7 @@ class DiscordAdapter:
             return None
         channel = message.channel
         guild_id = parent_id = None
+        chat_type: ChatType
         if isinstance(channel, discord.DMChannel):
             chat_type, title = "dm", None
         elif isinstance(channel, discord.Thread):
@@ -164,7 +165,7 @@ class DiscordAdapter:
         mentioned, text = self._addressing(message, text, me.id)
         return Inbound(
             surface=self.surface,
-            chat_type=chat_type,  # type: ignore[arg-type]
+            chat_type=chat_type,
             chat_id=str(channel.id),
             sender_id=str(message.author.id),
             text=text,
