@@ -23,6 +23,37 @@ from tests.test_cli import _command, _env
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
 
+def write_config(tmp_path: Path, text: str) -> Path:
+    config = tmp_path / "config.toml"
+    config.write_text(text, encoding="utf-8")
+    return config
+
+
+async def start_bridge(tmp_path: Path, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *_command(*args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,
+        env=_env(),
+    )
+
+
+async def sigterm(process: asyncio.subprocess.Process) -> tuple[str, float]:
+    """Send SIGTERM; return stderr and how long the process took to exit (at most 5 s)."""
+    process.send_signal(signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    _, stderr = await asyncio.wait_for(process.communicate(), timeout=5)
+    return stderr.decode(), loop.time() - started
+
+
+async def reap(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -71,55 +102,35 @@ async def test_bridge_run_answers_on_telegram_and_stops_on_sigterm_within_five_s
     tmp_path: Path, tg: FakeTelegram, fake_llm: FakeOpenAI
 ) -> None:
     fake_llm.push(fake.text("from a real process"))
-    config = tmp_path / "config.toml"
-    config.write_text(
+    config = write_config(
+        tmp_path,
         f'owners = ["telegram:{OWNER}"]\n'
         f'[llm]\nbase_url = "{fake_llm.base_url}"\nmodel = "fake"\nmax_retries = 0\n'
         f'[storage]\npath = "{tmp_path / "bridge.db"}"\n'
         f'[telegram]\nenabled = true\ntoken = "{tg.token}"\napi_base = "{tg.api_base}"\npoll_timeout_s = 5\n',
-        encoding="utf-8",
     )
-    process = await asyncio.create_subprocess_exec(
-        *_command("run", "--config", str(config)),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-        env=_env(),
-    )
+    process = await start_bridge(tmp_path, "run", "--config", str(config))
     try:
         tg.dm(OWNER, "are you there?")
         await tg.wait_for(lambda: len(tg.messages_in(OWNER)) >= 1, timeout=30)
         # A long poll is open now: SIGTERM must not wait for it to run out.
         await tg.wait_for(lambda: tg.open_polls >= 1, timeout=10)
-        process.send_signal(signal.SIGTERM)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=5)
-        elapsed = loop.time() - started
+        stderr, elapsed = await sigterm(process)
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == 0, stderr.decode()
+        await reap(process)
+    assert process.returncode == 0, stderr
     assert elapsed < 5
     assert tg.messages_in(OWNER)[0]["text"] == "from a real process"
-    assert tg.token not in stderr.decode()
+    assert tg.token not in stderr
 
 
 async def test_bridge_run_with_a_bad_token_exits_non_zero_with_one_clear_line(
     tmp_path: Path, tg: FakeTelegram
 ) -> None:
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'[telegram]\nenabled = true\ntoken = "999:WRONG"\napi_base = "{tg.api_base}"\n', encoding="utf-8"
+    config = write_config(
+        tmp_path, f'[telegram]\nenabled = true\ntoken = "999:WRONG"\napi_base = "{tg.api_base}"\n'
     )
-    process = await asyncio.create_subprocess_exec(
-        *_command("run", "--config", str(config)),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-        env=_env(),
-    )
+    process = await start_bridge(tmp_path, "run", "--config", str(config))
     _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
     text = stderr.decode()
     assert process.returncode == 1
@@ -128,13 +139,7 @@ async def test_bridge_run_with_a_bad_token_exits_non_zero_with_one_clear_line(
 
 
 async def test_bridge_run_with_nothing_enabled_says_what_to_enable(tmp_path: Path) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *_command("run"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-        env=_env(),
-    )
+    process = await start_bridge(tmp_path, "run")
     _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
     assert process.returncode == 2
     assert "[telegram] enabled = true" in stderr.decode()
@@ -145,40 +150,27 @@ async def test_bridge_run_serves_telegram_and_discord_in_one_process_and_stops_o
     tmp_path: Path, tg: FakeTelegram, dc: FakeDiscord, fake_llm: FakeOpenAI
 ) -> None:
     fake_llm.push(fake.text("hello telegram"), fake.text("hello discord"))
-    config = tmp_path / "config.toml"
-    config.write_text(
+    config = write_config(
+        tmp_path,
         f'owners = ["telegram:{OWNER}", "discord:{DISCORD_OWNER}"]\n'
         f'[llm]\nbase_url = "{fake_llm.base_url}"\nmodel = "fake"\nmax_retries = 0\n'
         f'[storage]\npath = "{tmp_path / "bridge.db"}"\n'
         f'[telegram]\nenabled = true\ntoken = "{tg.token}"\napi_base = "{tg.api_base}"\npoll_timeout_s = 5\n'
         f'[discord]\nenabled = true\ntoken = "{dc.token}"\napi_base = "{dc.api_base}"\n'
         f'gateway_url = "{dc.gateway_url}"\n',
-        encoding="utf-8",
     )
-    process = await asyncio.create_subprocess_exec(
-        *_command("run", "--config", str(config)),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-        env=_env(),
-    )
+    process = await start_bridge(tmp_path, "run", "--config", str(config))
     try:
         await dc.wait_for(lambda: dc.identify_count >= 1, timeout=30)
         tg.dm(OWNER, "hi from telegram")
         await tg.wait_for(lambda: len(tg.messages_in(OWNER)) >= 1, timeout=30)
         asked = dc.dm(DISCORD_OWNER, "hi from discord")
         await dc.wait_for(lambda: any(m["channel_id"] == asked["channel_id"] for m in dc.created), timeout=30)
-        process.send_signal(signal.SIGTERM)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=5)
-        elapsed = loop.time() - started
+        stderr, elapsed = await sigterm(process)
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == 0, stderr.decode()
+        await reap(process)
+    assert process.returncode == 0, stderr
     assert elapsed < 5
     assert tg.messages_in(OWNER)[0]["text"] == "hello telegram"
     assert [m["content"] for m in dc.created] == ["hello discord"]
-    assert dc.token not in stderr.decode() and tg.token not in stderr.decode()
+    assert dc.token not in stderr and tg.token not in stderr

@@ -6,7 +6,6 @@ import asyncio
 import copy
 import datetime as dtm
 import hashlib
-import inspect
 import json
 import math
 import re
@@ -54,13 +53,6 @@ _PARAM = re.compile(r"\{\w*\}")
 
 def _iso(at: dtm.datetime | None = None) -> str:
     return (at or dtm.datetime.now(dtm.UTC)).isoformat(timespec="microseconds")
-
-
-def _describe(predicate: Callable[[], bool]) -> str:
-    try:
-        return inspect.getsource(predicate).strip()
-    except (OSError, TypeError):
-        return getattr(predicate, "__qualname__", repr(predicate))
 
 
 def route_key(method: str, path: str) -> str:
@@ -182,7 +174,6 @@ class FakeDiscord(LoopbackServer):
         self._conns: set[_Conn] = set()
         # Faults and change notification.
         self._faults: defaultdict[str, deque[tuple[FaultKind, float]]] = defaultdict(deque)
-        self._changed = asyncio.Event()
         self._last_snowflake = 0
         self._routes = self._route_table()
 
@@ -443,20 +434,12 @@ class FakeDiscord(LoopbackServer):
     def connected(self) -> bool:
         return self._live is not None and self._live.session is not None
 
-    # The timeout parameter is the documented API that tests call; it bounds an internal wait.
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
-        """Return once predicate() is true, re-checked after every request, gateway frame and push."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not predicate():
-                    await self._changed.wait()
-        except TimeoutError:
-            raise TimeoutError(
-                f"FakeDiscord: {_describe(predicate)} still false after {timeout} s; "
-                f"created={[(m['channel_id'], m['content'][:40]) for m in self.created[-5:]]}, "
-                f"last requests={[r['key'] for r in self.requests[-10:]]}, "
-                f"identify={self.identify_count} resume={self.resume_count}"
-            ) from None
+    def describe_state(self) -> str:
+        return (
+            f"created={[(m['channel_id'], m['content'][:40]) for m in self.created[-5:]]}, "
+            f"last requests={[r['key'] for r in self.requests[-10:]]}, "
+            f"identify={self.identify_count} resume={self.resume_count}"
+        )
 
     # -- faults ----------------------------------------------------------------------------
 
@@ -472,10 +455,6 @@ class FakeDiscord(LoopbackServer):
         self._faults[route_key(method, path)].extend([(kind, retry_after)] * times)
 
     # -- helpers ---------------------------------------------------------------------------
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
 
     def _snowflake(self) -> int:
         value = (int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22

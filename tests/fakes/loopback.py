@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -17,9 +19,32 @@ class LoopbackServer:
         # Set on stop(), so handlers that wait (delays, long polls) end instead of holding shutdown up.
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
+        self._changed = asyncio.Event()
 
     def routes(self, app: web.Application) -> None:
         raise NotImplementedError
+
+    def describe_state(self) -> str:
+        """What a failed wait_for reports about the fake (recent traffic); subclasses fill it in."""
+        return ""
+
+    def _notify(self) -> None:
+        """Wake every wait_for: something a predicate may look at has changed."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # The timeout parameter is the documented API that tests call; it bounds an internal wait.
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Return once predicate() is true, re-checked whenever the fake notes a change."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    await self._changed.wait()
+        except TimeoutError:
+            raise TimeoutError(
+                f"{type(self).__name__}: {_describe(predicate)} still false after {timeout} s; "
+                f"{self.describe_state()}"
+            ) from None
 
     async def start(self) -> None:
         app = web.Application()
@@ -45,3 +70,10 @@ class LoopbackServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+def _describe(predicate: Callable[[], bool]) -> str:
+    try:
+        return inspect.getsource(predicate).strip()
+    except (OSError, TypeError):
+        return getattr(predicate, "__qualname__", repr(predicate))

@@ -343,7 +343,6 @@ class FakeTelegram(LoopbackServer):
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # every message, pushed or sent
         self._current: dict[tuple[int, int], dict[str, Any]] = {}  # sent records, after edits
         self._faults: defaultdict[str, deque[tuple[FaultKind, int, str]]] = defaultdict(deque)
-        self._changed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -501,19 +500,11 @@ class FakeTelegram(LoopbackServer):
         """The lowercased method names of every request so far, in order."""
         return [method for method, _ in self.calls]
 
-    # The timeout parameter is the documented API that tests call; it bounds an internal wait.
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
-        """Return once predicate() is true, re-checked after every request and push."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not predicate():
-                    await self._changed.wait()
-        except TimeoutError:
-            raise TimeoutError(
-                f"FakeTelegram: {_describe(predicate)} still false after {timeout} s; "
-                f"sent={[(m['chat_id'], m['text'][:40]) for m in self.sent[-5:]]}, "
-                f"last calls={[method for method, _ in self.calls[-10:]]}"
-            ) from None
+    def describe_state(self) -> str:
+        return (
+            f"sent={[(m['chat_id'], m['text'][:40]) for m in self.sent[-5:]]}, "
+            f"last calls={[method for method, _ in self.calls[-10:]]}"
+        )
 
     # -- faults ----------------------------------------------------------------------------
 
@@ -537,10 +528,6 @@ class FakeTelegram(LoopbackServer):
         self._faults[method.lower()].extend([(kind, retry_after, detail)] * times)
 
     # -- serving ---------------------------------------------------------------------------
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return self._json(404, TelegramApiError(404, "Not Found").body())
@@ -921,10 +908,3 @@ def _decode(key: str, value: Any) -> Any:
     if key in _BOOL_FIELDS and value.lower() in ("true", "false"):
         return value.lower() == "true"
     return value
-
-
-def _describe(predicate: Callable[[], bool]) -> str:
-    try:
-        return inspect.getsource(predicate).strip()
-    except (OSError, TypeError):
-        return getattr(predicate, "__qualname__", repr(predicate))
