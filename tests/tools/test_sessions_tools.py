@@ -289,3 +289,13 @@ async def test_history_without_a_key_is_a_missing_parameter(
 ) -> None:
     result = await sessions_history(args, await make_session_ctx())
     assert result.code == "missing_parameter"
+
+
+async def test_an_owner_speaking_in_a_group_cannot_pull_main_into_that_group(
+    sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
+) -> None:
+    # Visibility follows the session, not the sender: the group's replies go to the whole group.
+    ctx = await make_session_ctx("telegram:group:-100", owner=True)
+    assert [row["key"] for row in await listed(ctx)] == ["telegram:group:-100"]
+    result = await sessions_history({"session_key": "main"}, ctx)
+    assert not result.ok and result.code == "not_found"

@@ -6,7 +6,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.sessions.keys import RESERVED_KEYS, SessionKeyError, kind
+from bridge.sessions.keys import MAIN, RESERVED_KEYS, SessionKeyError, kind
 from bridge.store.base import MessageRow, SessionRow, SessionSummary
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, clamp_int, params
 
@@ -38,9 +38,17 @@ def _message_dict(row: MessageRow) -> dict[str, Any]:
     return item
 
 
+def _sees_everything(ctx: ToolContext) -> bool:
+    """The owners' own thread (and the operator's cron jobs) may look into every session.
+
+    Decided by the session, not the sender: an owner talking in a group must not make that group's
+    agent read `main` into the group.
+    """
+    return ctx.session.key == MAIN or session_kind(ctx.session.key) == "cron"
+
+
 def _visible(ctx: ToolContext, session: SessionRow) -> bool:
-    # Only owners may look into other conversations; everyone else sees their own chat alone.
-    return ctx.sender_is_owner or session.key == ctx.session.key
+    return _sees_everything(ctx) or session.key == ctx.session.key
 
 
 async def sessions_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -59,7 +67,7 @@ async def sessions_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         and active_minutes > 0
     ):
         since = time.time() - active_minutes * 60
-    if ctx.sender_is_owner:
+    if _sees_everything(ctx):
         summaries = await ctx.store.list_sessions(limit=LIST_MAX, active_since=since)
     else:
         # Everyone else sees their own chat alone, however long ago other chats were active.
