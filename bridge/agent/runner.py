@@ -126,7 +126,6 @@ class AgentRunner:
         self,
         session: SessionRow,
         *,
-        sender_is_owner: bool,
         channel: str | None = None,
         observer: RunObserver | None = None,
     ) -> RunResult:
@@ -151,7 +150,6 @@ class AgentRunner:
             registry=self.registry,
             session=session,
             run_id=run_id,
-            sender_is_owner=sender_is_owner,
             loaded_groups=loaded,
         )
         state = _RunState(

@@ -77,7 +77,6 @@ class Dispatcher:
             try:
                 result = await self.runner.run(
                     session,
-                    sender_is_owner=self.sessions.is_owner(inbound),
                     channel=inbound.surface,
                     observer=reporter,
                 )

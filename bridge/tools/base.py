@@ -45,7 +45,6 @@ class ToolContext:
     registry: ToolRegistry
     session: SessionRow
     run_id: str
-    sender_is_owner: bool
     loaded_groups: set[str] = field(default_factory=set)
 
 

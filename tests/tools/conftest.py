@@ -37,7 +37,6 @@ def make_ctx(workspace: Path) -> MakeContext:
             registry=None,  # type: ignore[arg-type]
             session=None,  # type: ignore[arg-type]
             run_id="t",
-            sender_is_owner=True,
         )
 
     return make
@@ -58,14 +57,13 @@ def registry() -> ToolRegistry:
 def make_session_ctx(store: SQLiteStore, registry: ToolRegistry) -> MakeSessionContext:
     """Build a ToolContext on the active session of `key` (created if needed) in the real store."""
 
-    async def make(key: str = "main", *, owner: bool = True, settings: Settings | None = None) -> ToolContext:
+    async def make(key: str = "main", *, settings: Settings | None = None) -> ToolContext:
         return ToolContext(
             settings=settings or Settings(),
             store=store,
             registry=registry,
             session=await store.ensure_active_session(key),
             run_id="r",
-            sender_is_owner=owner,
         )
 
     return make

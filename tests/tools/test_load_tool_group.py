@@ -20,7 +20,6 @@ def make_context(registry: ToolRegistry) -> ToolContext:
         registry=registry,
         session=None,  # type: ignore[arg-type]
         run_id="r",
-        sender_is_owner=True,
     )
 
 

@@ -162,19 +162,19 @@ async def test_active_minutes_filters_quiet_sessions(
     assert len(await listed(ctx)) == 5
 
 
-async def test_non_owner_sees_only_their_own_session(
+async def test_a_session_other_than_main_sees_only_itself(
     sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
 ) -> None:
-    ctx = await make_session_ctx("discord:dm:7", owner=False)
+    ctx = await make_session_ctx("discord:dm:7")
     rows = await listed(ctx, limit=LIST_MAX, message_limit=5)
     assert [row["key"] for row in rows] == ["discord:dm:7"]
     assert await listed(ctx, kinds=["main"]) == []
 
 
-async def test_non_owner_sees_their_own_session_even_behind_hundreds_of_newer_ones(
+async def test_a_session_finds_itself_even_behind_hundreds_of_newer_ones(
     store: SQLiteStore, make_session_ctx: MakeSessionContext
 ) -> None:
-    ctx = await make_session_ctx("telegram:dm:old", owner=False)
+    ctx = await make_session_ctx("telegram:dm:old")
     for n in range(LIST_MAX + 5):
         await store.add_user_message((await store.ensure_active_session(f"telegram:dm:{n}")).id, "hi")
     assert [row["key"] for row in await listed(ctx)] == ["telegram:dm:old"]
@@ -261,10 +261,10 @@ async def test_history_limit_keeps_the_latest_messages(
     assert [m["content"] for m in data["messages"]] == ["hi there", "done"]
 
 
-async def test_non_owner_asking_for_another_key_gets_not_found(
+async def test_a_session_other_than_main_asking_for_another_key_gets_not_found(
     with_tools: SessionRow, make_session_ctx: MakeSessionContext
 ) -> None:
-    ctx = await make_session_ctx("discord:dm:7", owner=False)
+    ctx = await make_session_ctx("discord:dm:7")
     for ref in ("main", with_tools.id):
         result = await sessions_history({"session_key": ref}, ctx)
         assert result.code == "not_found", ref
@@ -295,7 +295,7 @@ async def test_an_owner_speaking_in_a_group_cannot_pull_main_into_that_group(
     sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
 ) -> None:
     # Visibility follows the session, not the sender: the group's replies go to the whole group.
-    ctx = await make_session_ctx("telegram:group:-100", owner=True)
+    ctx = await make_session_ctx("telegram:group:-100")
     assert [row["key"] for row in await listed(ctx)] == ["telegram:group:-100"]
     result = await sessions_history({"session_key": "main"}, ctx)
     assert not result.ok and result.code == "not_found"
