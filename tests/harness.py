@@ -102,9 +102,12 @@ class Harness:
         raise AssertionError(f"no request ends with user text {user_text!r}")
 
 
-def make_settings(tmp_path: Path, base_url: str, **sections: dict[str, Any]) -> Settings:
+def make_settings(
+    tmp_path: Path, base_url: str, *, owners: list[str] | None = None, **sections: dict[str, Any]
+) -> Settings:
+    """Settings for a test Bridge in tmp_path talking to the fake model; sections merge into the defaults."""
     data: dict[str, Any] = {
-        "owners": [f"test:{OWNER}"],
+        "owners": owners if owners is not None else [f"test:{OWNER}"],
         "llm": {"base_url": base_url, "model": "fake", "max_retries": 0, "timeout_s": 5},
         "storage": {"path": str(tmp_path / "bridge.db")},
         "tools": {"workspace": str(tmp_path / "workspace")},

@@ -18,6 +18,7 @@ from bridge.config import Settings
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram
+from tests.harness import make_settings
 
 OWNER = 42
 GROUP = -100777
@@ -61,11 +62,10 @@ async def tg() -> AsyncIterator[FakeTelegram]:
 
 
 def telegram_settings(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, **telegram: Any) -> Settings:
-    return Settings(
+    return make_settings(
+        tmp_path,
+        llm.base_url,
         owners=[f"telegram:{OWNER}"],
-        llm={"base_url": llm.base_url, "model": "fake", "max_retries": 0, "timeout_s": 5},
-        storage={"path": str(tmp_path / "bridge.db")},
-        tools={"workspace": str(tmp_path / "workspace")},
         telegram={
             "enabled": True,
             "token": tg.token,

@@ -32,6 +32,7 @@ from tests.fakes import openai_server as fake
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.scripted_model import HistoryTrustingModel
+from tests.harness import make_settings
 
 CORE = ["load_tool_group", "get_current_time", "search_history", "save_memory"]
 
@@ -52,11 +53,10 @@ class DiscordRig:
 
 
 def discord_settings(tmp_path: Path, dc: FakeDiscord, llm: FakeOpenAI, **discord: Any) -> Settings:
-    return Settings(
+    return make_settings(
+        tmp_path,
+        llm.base_url,
         owners=[f"discord:{OWNER}"],
-        llm={"base_url": llm.base_url, "model": "fake", "max_retries": 0, "timeout_s": 5},
-        storage={"path": str(tmp_path / "bridge.db")},
-        tools={"workspace": str(tmp_path / "workspace")},
         discord={
             "enabled": True,
             "token": dc.token,
