@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import sqlite3
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +13,11 @@ from typing import Any
 
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.scripted_model import HistoryTrustingModel
+from tests.processes import start_bridge
 
 CORE_TOOLS = ["load_tool_group", "get_current_time", "search_history", "save_memory"]
 SECRET = "sk-cli-test-NEVER-SHOWN-7731"
 PROCESS_TIMEOUT_S = 60.0
-_BRIDGE_SCRIPT = Path(sys.executable).parent / "bridge"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,31 +31,9 @@ class Finished:
         return self.stdout + self.stderr
 
 
-def _command(*args: str) -> list[str]:
-    # The installed console script when it sits next to this interpreter (the venv), else -m.
-    if _BRIDGE_SCRIPT.is_file():
-        return [str(_BRIDGE_SCRIPT), *args]
-    return [sys.executable, "-m", "bridge", *args]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("BRIDGE_")}
-    # httpx honours proxy variables even for loopback; keep requests to the fake off any proxy.
-    env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", PYTHONIOENCODING="utf-8")
-    env.update(extra)
-    return env
-
-
 async def bridge(*args: str, cwd: Path, lines: tuple[str, ...] = (), **env: str) -> Finished:
     """Run `bridge ARGS` with `lines` piped to stdin (then EOF) and wait for it to exit."""
-    process = await asyncio.create_subprocess_exec(
-        *_command(*args),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=cwd,
-        env=_env(**env),
-    )
+    process = await start_bridge(cwd, *args, stdin=True, **env)
     stdin = "".join(line + "\n" for line in lines).encode()
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(stdin), PROCESS_TIMEOUT_S)

@@ -18,7 +18,7 @@ from tests.fakes import openai_server as fake
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram
-from tests.test_cli import _command, _env
+from tests.processes import start_bridge
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
@@ -27,16 +27,6 @@ def write_config(tmp_path: Path, text: str) -> Path:
     config = tmp_path / "config.toml"
     config.write_text(text, encoding="utf-8")
     return config
-
-
-async def start_bridge(tmp_path: Path, *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        *_command(*args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-        env=_env(),
-    )
 
 
 async def sigterm(process: asyncio.subprocess.Process) -> tuple[str, float]:

@@ -1,0 +1,38 @@
+"""Running the real `bridge` console script as a subprocess, in a clean environment."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+_BRIDGE_SCRIPT = Path(sys.executable).parent / "bridge"
+
+
+def bridge_command(*args: str) -> list[str]:
+    """The installed console script when it sits next to this interpreter (the venv), else -m."""
+    if _BRIDGE_SCRIPT.is_file():
+        return [str(_BRIDGE_SCRIPT), *args]
+    return [sys.executable, "-m", "bridge", *args]
+
+
+def bridge_env(**extra: str) -> dict[str, str]:
+    """This environment without any BRIDGE_* settings, plus `extra`."""
+    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("BRIDGE_")}
+    # httpx honours proxy variables even for loopback; keep requests to the fakes off any proxy.
+    env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", PYTHONIOENCODING="utf-8")
+    env.update(extra)
+    return env
+
+
+async def start_bridge(cwd: Path, *args: str, stdin: bool = False, **env: str) -> asyncio.subprocess.Process:
+    """Start `bridge ARGS` in cwd with piped stdout and stderr (and stdin when asked)."""
+    return await asyncio.create_subprocess_exec(
+        *bridge_command(*args),
+        stdin=asyncio.subprocess.PIPE if stdin else None,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=bridge_env(**env),
+    )
