@@ -16,6 +16,7 @@ from bridge.gateway.commands import Commands
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
 from bridge.gateway.lanes import Lanes
+from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.llm.base import Provider
 from bridge.llm.openai import OpenAIProvider
 from bridge.sessions.service import SessionService
@@ -57,11 +58,13 @@ class Bridge:
         self.sessions = SessionService(self.store, owners)
         self.access = AccessPolicy.from_settings(settings, owners)
         self.lanes = Lanes(settings.agent.max_concurrent_runs)
-        self.delivery = Delivery()
+        self.policy = SendPolicy(settings.session.send_policy)
+        self.gate = PolicyGate(self.policy, self.store)
+        self.delivery = Delivery(self.gate, self.store)
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider)
-        self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry)
+        self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry, self.gate)
         self.dispatcher = Dispatcher(
-            self.sessions, self.runner, self.delivery, self.lanes, self.commands, self.access
+            self.sessions, self.runner, self.delivery, self.lanes, self.commands, self.access, self.gate
         )
 
     def add_sender(self, sender: Sender) -> None:

@@ -189,6 +189,37 @@ class DiscordSettings(AccessSettings):
         return self
 
 
+class RuleMatch(_Section):
+    """Which sessions a send-policy rule covers; a field left out matches anything."""
+
+    surface: str | None = None
+    # "group" means any shared chat (Telegram groups, Discord channels and threads); "channel" only
+    # Discord channels and threads; "dm" direct messages, the owners' `main` included.
+    chat_type: Literal["dm", "group", "channel"] | None = None
+    key_prefix: str | None = None
+
+
+class SendRule(_Section):
+    action: Literal["allow", "deny", "ignore"]
+    match: RuleMatch = Field(default_factory=RuleMatch)
+
+
+class SendPolicySettings(_Section):
+    """Where the bot may speak: reloaded live when the config file changes or on SIGHUP."""
+
+    default: Literal["allow", "deny"] = "allow"
+    rules: list[SendRule] = Field(default_factory=list)
+
+
+class AgentToAgentSettings(_Section):
+    max_ping_pong_turns: int = Field(5, ge=0, le=5)
+
+
+class SessionSettings(_Section):
+    send_policy: SendPolicySettings = Field(default_factory=SendPolicySettings)
+    agent_to_agent: AgentToAgentSettings = Field(default_factory=AgentToAgentSettings)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BRIDGE_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -202,6 +233,7 @@ class Settings(BaseSettings):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
+    session: SessionSettings = Field(default_factory=SessionSettings)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -296,13 +328,14 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
     lines = []
     for err in exc.errors():
         parts = [str(part) for part in err["loc"]]
-        key = ".".join(parts) or "(root)"
+        key = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts).lstrip(".") or "(root)"
         reason = (
             "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         )
         # Blame the variable when the environment supplied the value: the file may be fine.
-        variable = _env_name(parts[:2])
-        where = f"environment variable {variable}" if variable in env else str(path or "configuration")
+        variables = [_env_name(parts[:n]) for n in range(len(parts), 0, -1)]
+        variable = next((v for v in variables if v in env), None)
+        where = f"environment variable {variable}" if variable else str(path or "configuration")
         lines.append(f"{where}: {key}: {reason}")
     return "\n".join(lines)
 
@@ -321,16 +354,23 @@ def render_settings(settings: Settings) -> str:
     for name in type(settings).model_fields:
         value = getattr(settings, name)
         if isinstance(value, BaseModel):
-            lines = [f"[{name}]"]
-            for sub_name in type(value).model_fields:
-                sub = getattr(value, sub_name)
-                lines.append(
-                    f"{sub_name} = {_toml_value(sub)}" if sub is not None else f"# {sub_name} is unset"
-                )
-            sections.append("\n".join(lines))
+            sections.extend(_render_section(name, value))
         else:
             top.append(f"{name} = {_toml_value(value)}")
     return "\n".join(top) + "\n\n" + "\n\n".join(sections) + "\n"
+
+
+def _render_section(name: str, section: BaseModel) -> list[str]:
+    """[name] with its keys, then a [name.sub] table for each nested section."""
+    lines = [f"[{name}]"]
+    nested: list[str] = []
+    for sub_name in type(section).model_fields:
+        sub = getattr(section, sub_name)
+        if isinstance(sub, BaseModel):
+            nested.extend(_render_section(f"{name}.{sub_name}", sub))
+        else:
+            lines.append(f"{sub_name} = {_toml_value(sub)}" if sub is not None else f"# {sub_name} is unset")
+    return ["\n".join(lines), *nested]
 
 
 def _toml_value(value: Any) -> str:
@@ -348,6 +388,9 @@ def _toml_value(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, BaseModel):
+        # An inline table of the fields that are set, e.g. a send-policy rule.
+        return _toml_value({k: v for k, v in value if v is not None})
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"cannot render {type(value).__name__} as TOML")

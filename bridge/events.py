@@ -66,6 +66,12 @@ class Outbound:
     kind: OutboundKind
     text: str
     run_id: str | None = None
+    # The session whose send policy decides; None for items that belong to no session.
+    session_key: str | None = None
+    # The answer to an owner's command goes out whatever the policy says.
+    policy_exempt: bool = False
+    # An item that must never be sent twice (a run's reply, an announce) carries a unique key.
+    dedupe_key: str | None = None
 
 
 class AdapterStartError(Exception):

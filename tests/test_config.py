@@ -22,7 +22,7 @@ from bridge.config import (
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"
 # A key documented but left unset (no TOML null exists): "# key = value" on a line of its own.
 _COMMENTED_KEY = re.compile(r"^# ([a-z_]+) = (.+)$")
-_SECTION = re.compile(r"^\[([a-z_]+)\]$")
+_SECTION = re.compile(r"^\[([a-z_.]+)\]$")
 
 
 @pytest.fixture(autouse=True)
@@ -221,15 +221,34 @@ def test_missing_explicit_config_is_a_clear_error(tmp_path: Path) -> None:
 # -- config.example.toml ---------------------------------------------------------------------
 
 
+def _model_at(section: str) -> type[BaseModel]:
+    """The settings model of a dotted section name ("" is the top level)."""
+    model: type[BaseModel] = Settings
+    for part in filter(None, section.split(".")):
+        annotation = model.model_fields[part].annotation
+        assert isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        model = annotation
+    return model
+
+
+def _is_section(model: type[BaseModel], name: str) -> bool:
+    annotation = model.model_fields[name].annotation if name in model.model_fields else None
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def _example_keys() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """(section, key) pairs of the example: set ones (via tomllib) and documented-but-unset ones."""
-    data = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
-    active = set()
-    for name, value in data.items():
-        if isinstance(value, dict) and name in Settings.model_fields and _is_section(name):
-            active |= {(name, key) for key in value}
-        else:
-            active.add(("", name))
+    active: set[tuple[str, str]] = set()
+
+    def walk(section: str, table: dict[str, object]) -> None:
+        model = _model_at(section)
+        for name, value in table.items():
+            if isinstance(value, dict) and _is_section(model, name):
+                walk(f"{section}.{name}".lstrip("."), value)
+            else:
+                active.add((section, name))
+
+    walk("", tomllib.loads(EXAMPLE.read_text(encoding="utf-8")))
     commented = set()
     section = ""
     for line in EXAMPLE.read_text(encoding="utf-8").splitlines():
@@ -240,19 +259,14 @@ def _example_keys() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     return active, commented
 
 
-def _is_section(name: str) -> bool:
-    annotation = Settings.model_fields[name].annotation
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _settings_keys() -> set[tuple[str, str]]:
+def _settings_keys(section: str = "") -> set[tuple[str, str]]:
     keys = set()
-    for name, field in Settings.model_fields.items():
-        if _is_section(name):
-            assert field.annotation is not None
-            keys |= {(name, key) for key in field.annotation.model_fields}
+    model = _model_at(section)
+    for name in model.model_fields:
+        if _is_section(model, name):
+            keys |= _settings_keys(f"{section}.{name}".lstrip("."))
         else:
-            keys.add(("", name))
+            keys.add((section, name))
     return keys
 
 
@@ -281,8 +295,7 @@ def test_example_documents_every_setting() -> None:
 def test_example_leaves_only_unset_defaults_commented_out() -> None:
     _, commented = _example_keys()
     for section, key in commented:
-        model = Settings.model_fields[section].annotation if section else Settings
-        assert model is not None
+        model = _model_at(section)
         assert model.model_fields[key].default is None, f"{section}.{key} has a default; set it"
 
 

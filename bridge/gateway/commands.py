@@ -1,4 +1,4 @@
-"""Chat commands: /clear, /new, /status, /stop, /help."""
+"""Chat commands: /clear, /new, /status, /stop, /send, /help."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from bridge.config import Settings
 from bridge.gateway.lanes import Lanes
+from bridge.gateway.policy import Decision, PolicyGate
 from bridge.sessions.service import SessionService
 from bridge.store.base import Store
 from bridge.tools.registry import ToolRegistry
@@ -17,6 +18,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "Same as /clear"),
     ("status", "Show this session: id, loaded tool groups, message count"),
     ("stop", "Stop the answer in progress"),
+    ("send", "Owners: let the bot speak here (on), keep it silent (off), or follow the config (inherit)"),
     ("help", "List the commands"),
 )
 HELP = "Commands:\n" + "\n".join(f"/{name}: {description}" for name, description in COMMANDS)
@@ -42,19 +44,28 @@ class Commands:
     """Answers commands; each answer is a notice text for the chat the command came from."""
 
     def __init__(
-        self, settings: Settings, store: Store, sessions: SessionService, lanes: Lanes, registry: ToolRegistry
+        self,
+        settings: Settings,
+        store: Store,
+        sessions: SessionService,
+        lanes: Lanes,
+        registry: ToolRegistry,
+        gate: PolicyGate,
     ) -> None:
+        self.gate = gate
         self.settings = settings
         self.store = store
         self.sessions = sessions
         self.lanes = lanes
         self.registry = registry
 
-    async def handle(self, command: Command, key: str) -> str:
+    async def handle(self, command: Command, key: str, *, surface: str, is_owner: bool) -> str:
         if command.name in ("clear", "new"):
             return await self.clear(key)
         if command.name == "status":
-            return await self.status(key)
+            return await self.status(key, surface)
+        if command.name == "send":
+            return await self.send(key, command.args, surface=surface, is_owner=is_owner)
         if command.name == "stop":
             stopped = await self.lanes.cancel(key)
             return "Stopped the answer in progress." if stopped else "Nothing is running."
@@ -71,10 +82,27 @@ class Commands:
             "saved memories are kept."
         )
 
-    async def status(self, key: str) -> str:
+    async def send(self, key: str, args: str, *, surface: str, is_owner: bool) -> str:
+        """/send on|off|inherit: the session's override of the send policy (owners only)."""
+        if not is_owner:
+            return "Only an owner of this bot can change where it may speak."
+        choice = args.strip().lower()
+        if choice not in _SEND_CHOICES:
+            return (
+                "Usage: /send on|off|inherit (on: speak here, off: stay silent, inherit: follow the config)."
+            )
+        session = await self.sessions.active_for_key(key)
+        if choice:
+            await self.store.set_send_policy(session.id, _SEND_CHOICES[choice])
+        decision = await self.gate.decide(key, surface)
+        return f"Send policy for this session: {send_state(decision)}"
+
+    async def status(self, key: str, surface: str) -> str:
         session = await self.sessions.active_for_key(key)
         loaded = sorted(self.registry.known_groups(await self.store.loaded_groups(session.id)))
         count = await self.store.count_messages(session.id)
+        suppressed = await self.store.count_outbox(session.id, "suppressed")
+        decision = await self.gate.decide(key, surface)
         started = datetime.fromtimestamp(session.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         return "\n".join(
             [
@@ -83,5 +111,22 @@ class Commands:
                 f"Loaded tool groups: {', '.join(loaded) if loaded else 'none'}",
                 f"Model: {self.settings.llm.model}",
                 f"State: {'answering' if self.lanes.busy(key) else 'idle'}",
+                f"Send policy: {send_state(decision)}",
+                f"Suppressed by the send policy: {suppressed}",
             ]
         )
+
+
+# /send's argument → the stored override ("" shows the current state without changing it).
+_SEND_CHOICES: dict[str, str | None] = {"on": "allow", "off": "deny", "inherit": None, "": None}
+
+
+def send_state(decision: Decision) -> str:
+    """`off (session override (/send off)): shadow mode, ...` as /send and /status show it."""
+    effect = {
+        "allow": "the bot speaks here",
+        "deny": "shadow mode: the bot reads and answers in its history but sends nothing here",
+        "ignore": "the bot does not read this chat",
+    }[decision.action]
+    word = {"allow": "on", "deny": "off", "ignore": "ignore"}[decision.action]
+    return f"{word}, decided by {decision.reason}; {effect}."

@@ -11,6 +11,7 @@ from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
+from bridge.gateway.policy import PolicyGate
 from bridge.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,10 @@ class Dispatcher:
         lanes: Lanes,
         commands: Commands,
         access: AccessPolicy,
+        gate: PolicyGate,
     ) -> None:
         self.access = access
+        self.gate = gate
         self.sessions = sessions
         self.runner = runner
         self.delivery = delivery
@@ -44,22 +47,36 @@ class Dispatcher:
         verdict = self.access.check(inbound)
         if verdict is Verdict.IGNORE:
             return None
+        key = self.sessions.key_for(inbound)
+        owner = self.sessions.is_owner(inbound)
+        command = parse_command(inbound.text)
+        if command is not None and owner:
+            # An owner's command is answered whatever the send policy says: it is how they change it.
+            answer = await self.commands.handle(command, key, surface=inbound.surface, is_owner=True)
+            await self.delivery.send(Outbound(inbound.route, "notice", answer, policy_exempt=True))
+            return None
+        decision = await self.gate.decide(key, inbound.surface)
+        if not decision.processes:
+            log.debug("ignoring a message in %s: %s", key, decision.reason)
+            return None
         if verdict is Verdict.REFUSE:
-            await self.delivery.send(Outbound(inbound.route, "notice", refusal_text(inbound)))
+            await self._notice(inbound, key, refusal_text(inbound))
             return None
         if inbound.unsupported:
-            await self.delivery.send(Outbound(inbound.route, "notice", unsupported_text(inbound.unsupported)))
+            await self._notice(inbound, key, unsupported_text(inbound.unsupported))
             return None
-        key = self.sessions.key_for(inbound)
-        command = parse_command(inbound.text)
         if command is not None:
-            answer = await self.commands.handle(command, key)
-            await self.delivery.send(Outbound(inbound.route, "notice", answer))
+            await self._notice(
+                inbound,
+                key,
+                await self.commands.handle(command, key, surface=inbound.surface, is_owner=False),
+            )
             return None
         if not inbound.text.strip():
             return None
         session = await self.sessions.active(inbound)
-        # Stored before any work begins: whatever happens next, the user's words are kept.
+        # Stored before any work begins: whatever happens next, the user's words are kept. In a
+        # denied session too: shadow mode reads and answers, it only does not speak.
         stored = await self.sessions.store.add_user_message(
             session.id, inbound.text, sender=inbound.sender, platform_msg_id=inbound.platform_msg_id
         )
@@ -68,12 +85,15 @@ class Dispatcher:
             return None
         return self.lanes.schedule(key, lambda: self._run(key, inbound))
 
+    async def _notice(self, inbound: Inbound, key: str, text: str) -> None:
+        await self.delivery.send(Outbound(inbound.route, "notice", text, session_key=key))
+
     async def _run(self, key: str, inbound: Inbound) -> None:
         # Read the active session now, not when the message came: /clear may have replaced it.
         session = await self.sessions.active_for_key(key)
         route = inbound.route
-        async with self.delivery.typing(route):
-            reporter = self.delivery.activity(route)
+        async with self.delivery.typing(route, key):
+            reporter = self.delivery.activity(route, session_key=key)
             try:
                 result = await self.runner.run(
                     session,
@@ -83,14 +103,21 @@ class Dispatcher:
             except Exception as exc:
                 await reporter.close()
                 log.exception("run for %s failed", key)
-                await self.delivery.send(
-                    Outbound(
-                        route,
-                        "notice",
-                        f"⚠️ Something went wrong while answering ({type(exc).__name__}). "
-                        "Your message is saved; send another message to try again.",
-                    )
+                await self._notice(
+                    inbound,
+                    key,
+                    f"⚠️ Something went wrong while answering ({type(exc).__name__}). "
+                    "Your message is saved; send another message to try again.",
                 )
                 return
             await reporter.close()
-        await self.delivery.send(Outbound(route, "reply", result.reply, result.run_id))
+        await self.delivery.send(
+            Outbound(
+                route,
+                "reply",
+                result.reply,
+                result.run_id,
+                session_key=key,
+                dedupe_key=f"reply:{result.run_id}",
+            )
+        )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 
 class StoreError(Exception):
@@ -54,6 +54,8 @@ class MessageRow:
     tool_input: str | None = None
     tool_status: str | None = None
     sender: str | None = None
+    # Set on a 'user' row another session's agent injected (sessions_send): that session's key.
+    via_session: str | None = None
     # For rows written by a run: the newest user message that run answered (see build_messages).
     anchor: int | None = None
 
@@ -87,6 +89,35 @@ class RunRow:
     error: str | None = None
 
 
+OutboxState = Literal["pending", "sent", "suppressed", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """Something the bot means to send, written down before it is sent."""
+
+    kind: str
+    surface: str
+    chat_id: str
+    text: str
+    state: OutboxState
+    thread_id: str | None = None
+    reply_to: str | None = None
+    session_key: str | None = None
+    session_id: str | None = None
+    run_id: str | None = None
+    reason: str | None = None
+    dedupe_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    item: OutboxItem
+    platform_msg_id: str | None
+    created_at: float
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSummary:
     """A session for listings: its row plus counts that cost one query."""
@@ -111,8 +142,16 @@ class Store(Protocol):
     ) -> list[SessionSummary]: ...
 
     # messages
+    async def set_send_policy(self, session_id: str, value: str | None) -> None: ...
+
     async def add_user_message(
-        self, session_id: str, content: str, *, sender: str | None = None, platform_msg_id: str | None = None
+        self,
+        session_id: str,
+        content: str,
+        *,
+        sender: str | None = None,
+        platform_msg_id: str | None = None,
+        via_session: str | None = None,
     ) -> int | None: ...
     async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int: ...
     async def add_tool_exchange(self, session_id: str, run_id: str, exchange: ToolExchange) -> None: ...
@@ -144,6 +183,24 @@ class Store(Protocol):
         error: str | None = None,
     ) -> None: ...
     async def get_run(self, run_id: str) -> RunRow | None: ...
+
+    # outbox
+    async def add_outbox(self, item: OutboxItem) -> int | None:
+        """Write an item down; None when its dedupe_key was written before (never send twice)."""
+        ...
+
+    async def mark_outbox(
+        self,
+        item_id: int,
+        state: OutboxState,
+        *,
+        platform_msg_id: str | None = None,
+        reason: str | None = None,
+    ) -> None: ...
+    async def count_outbox(self, session_id: str, state: OutboxState) -> int: ...
+    async def outbox(
+        self, *, session_id: str | None = None, state: OutboxState | None = None
+    ) -> list[OutboxRow]: ...
 
     # memories
     async def add_memory(self, scope: str, content: str) -> int: ...

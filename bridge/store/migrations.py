@@ -78,6 +78,34 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN parent_id TEXT;
     """,
+    # 3: the outbox, and the mark on messages one session's agent injected into another.
+    """
+    CREATE TABLE outbox (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_key     TEXT,
+        session_id      TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+        run_id          TEXT,
+        kind            TEXT NOT NULL,
+        surface         TEXT NOT NULL,
+        chat_id         TEXT NOT NULL,
+        thread_id       TEXT,
+        reply_to        TEXT,
+        text            TEXT NOT NULL,
+        state           TEXT NOT NULL CHECK (state IN ('pending', 'sent', 'suppressed', 'failed')),
+        -- Why it was suppressed (the deciding rule) or why it failed.
+        reason          TEXT,
+        platform_msg_id TEXT,
+        -- Items that must never go out twice (an announce, a run's reply) carry a unique key.
+        dedupe_key      TEXT,
+        created_at      REAL NOT NULL,
+        updated_at      REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX outbox_once ON outbox (dedupe_key) WHERE dedupe_key IS NOT NULL;
+    CREATE INDEX outbox_by_session ON outbox (session_id, state);
+    CREATE INDEX outbox_pending ON outbox (surface, chat_id, id) WHERE state = 'pending';
+    -- The key of the session whose agent wrote this 'user' message; NULL when a human wrote it.
+    ALTER TABLE messages ADD COLUMN via_session TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

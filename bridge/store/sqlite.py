@@ -17,6 +17,9 @@ import aiosqlite
 
 from bridge.store.base import (
     MessageRow,
+    OutboxItem,
+    OutboxRow,
+    OutboxState,
     RunRow,
     SessionMeta,
     SessionRow,
@@ -32,7 +35,7 @@ _SESSION_COLS = (
 )
 _MESSAGE_COLS = (
     "id, session_id, kind, content, created_at, run_id, step, tool_name, tool_call_id, tool_input, "
-    "tool_status, sender"
+    "tool_status, sender, via_session"
 )
 _RUN_COLS = (
     "id, session_id, status, started_at, channel, input_hash, ended_at, iterations, prompt_tokens, "
@@ -118,13 +121,19 @@ class SQLiteStore:
     async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         async with self._write:
             db = self.db
-            await db.execute("BEGIN IMMEDIATE")
+            try:
+                await _settled(db, "BEGIN IMMEDIATE")
+            except asyncio.CancelledError:
+                # Cancelled (a /clear, a shutdown) while BEGIN ran: never leave it open behind us.
+                if db.in_transaction:
+                    await _settled(db, "ROLLBACK")
+                raise
             try:
                 yield db
             except BaseException:
-                await db.execute("ROLLBACK")
+                await _settled(db, "ROLLBACK")
                 raise
-            await db.execute("COMMIT")
+            await _settled(db, "COMMIT")
 
     async def _scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
         async with self.db.execute(sql, tuple(params)) as cur:
@@ -160,7 +169,14 @@ class SQLiteStore:
             await db.execute(
                 "UPDATE sessions SET ended_at = ? WHERE key = ? AND ended_at IS NULL", (time.time(), key)
             )
-            return await self._insert_session(db, key, meta)
+            row = await self._insert_session(db, key, meta)
+            if previous is not None and previous.send_policy is not None:
+                # The operator's /send choice is about the chat, not the conversation: /clear keeps it.
+                await db.execute(
+                    "UPDATE sessions SET send_policy = ? WHERE id = ?", (previous.send_policy, row.id)
+                )
+                row = dataclasses.replace(row, send_policy=previous.send_policy)
+            return row
 
     async def _insert_session(
         self, db: aiosqlite.Connection, key: str, meta: SessionMeta | None
@@ -207,16 +223,32 @@ class SQLiteStore:
         )
         return [SessionSummary(SessionRow(*row[:-1]), row[-1]) for row in rows]
 
+    async def set_send_policy(self, session_id: str, value: str | None) -> None:
+        async with self._transaction() as db:
+            await db.execute("UPDATE sessions SET send_policy = ? WHERE id = ?", (value, session_id))
+
     # ---------------------------------------------------------------- messages
 
     async def add_user_message(
-        self, session_id: str, content: str, *, sender: str | None = None, platform_msg_id: str | None = None
+        self,
+        session_id: str,
+        content: str,
+        *,
+        sender: str | None = None,
+        platform_msg_id: str | None = None,
+        via_session: str | None = None,
     ) -> int | None:
         """Store a user message; None when the platform message id was stored before (a redelivery)."""
         try:
             async with self._transaction() as db:
                 return await self._insert_message(
-                    db, session_id, "user", content, sender=sender, platform_msg_id=platform_msg_id
+                    db,
+                    session_id,
+                    "user",
+                    content,
+                    sender=sender,
+                    platform_msg_id=platform_msg_id,
+                    via_session=via_session,
                 )
         except sqlite3.IntegrityError as exc:
             if platform_msg_id is not None and "platform_msg_id" in str(exc):
@@ -338,6 +370,68 @@ class SQLiteStore:
         rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,))
         return RunRow(*rows[0]) if rows else None
 
+    # ---------------------------------------------------------------- outbox
+
+    async def add_outbox(self, item: OutboxItem) -> int | None:
+        values = dataclasses.asdict(item)
+        now = time.time()
+        columns = [*values, "created_at", "updated_at"]
+        try:
+            async with self._transaction() as db:
+                cursor = await db.execute(
+                    f"INSERT INTO outbox ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                    (*values.values(), now, now),
+                )
+        except sqlite3.IntegrityError as exc:
+            if item.dedupe_key is not None and "dedupe_key" in str(exc):
+                return None
+            raise
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    async def mark_outbox(
+        self,
+        item_id: int,
+        state: OutboxState,
+        *,
+        platform_msg_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        async with self._transaction() as db:
+            await db.execute(
+                "UPDATE outbox SET state = ?, platform_msg_id = COALESCE(?, platform_msg_id), "
+                "reason = COALESCE(?, reason), updated_at = ? WHERE id = ?",
+                (state, platform_msg_id, reason, time.time(), item_id),
+            )
+
+    async def count_outbox(self, session_id: str, state: OutboxState) -> int:
+        return int(
+            await self._scalar(
+                "SELECT COUNT(*) FROM outbox WHERE session_id = ? AND state = ?", (session_id, state)
+            )
+        )
+
+    async def outbox(
+        self, *, session_id: str | None = None, state: OutboxState | None = None
+    ) -> list[OutboxRow]:
+        fields = [f.name for f in dataclasses.fields(OutboxItem)]
+        where, params = ["1 = 1"], []
+        if session_id is not None:
+            where.append("session_id = ?")
+            params.append(session_id)
+        if state is not None:
+            where.append("state = ?")
+            params.append(state)
+        rows = await self._rows(
+            f"SELECT id, platform_msg_id, created_at, {', '.join(fields)} FROM outbox "
+            f"WHERE {' AND '.join(where)} ORDER BY id",
+            params,
+        )
+        return [
+            OutboxRow(row[0], OutboxItem(**dict(zip(fields, row[3:], strict=True))), row[1], row[2])
+            for row in rows
+        ]
+
     # ---------------------------------------------------------------- memories
 
     async def add_memory(self, scope: str, content: str) -> int:
@@ -354,6 +448,20 @@ class SQLiteStore:
             "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?", (scope, limit)
         )
         return [row[0] for row in reversed(rows)]
+
+
+async def _settled(db: aiosqlite.Connection, sql: str) -> None:
+    """Run a transaction statement to its end even if the caller is cancelled meanwhile.
+
+    The statement runs on aiosqlite's thread whatever happens to the awaiting task; waiting for it
+    keeps the connection's transaction state known when the cancellation is passed on.
+    """
+    task = asyncio.ensure_future(db.execute(sql))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
 
 
 def _meta_differs(session: SessionRow, meta: SessionMeta) -> bool:

@@ -569,4 +569,4 @@ async def test_a_version_one_database_is_upgraded_in_place_keeping_its_sessions(
         await store.close()
     assert old is not None and old.parent_id is None
     assert thread.parent_id == "8"
-    assert version == SCHEMA_VERSION == 2
+    assert version == SCHEMA_VERSION == len(MIGRATIONS)
