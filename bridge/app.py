@@ -11,6 +11,7 @@ from typing import Any
 from bridge.agent.runner import AgentRunner
 from bridge.config import ConfigError, Settings
 from bridge.events import Inbound, Sender
+from bridge.gateway.a2a import AgentToAgent
 from bridge.gateway.access import AccessPolicy
 from bridge.gateway.commands import Commands
 from bridge.gateway.delivery import Delivery
@@ -62,10 +63,17 @@ class Bridge:
         self.gate = PolicyGate(self.policy, self.store)
         self.delivery = Delivery(self.gate, self.store)
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider)
+        self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
+        self.runner.messenger = self.a2a
         self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry, self.gate)
         self.dispatcher = Dispatcher(
             self.sessions, self.runner, self.delivery, self.lanes, self.commands, self.access, self.gate
         )
+
+    def apply_live_settings(self, settings: Settings) -> None:
+        """Take the live-reloadable parts of a reloaded config: send policy and access lists."""
+        self.policy.update(settings.session.send_policy)
+        self.access.update(settings)
 
     def add_sender(self, sender: Sender) -> None:
         self.delivery.register(sender)
@@ -78,6 +86,7 @@ class Bridge:
 
     async def stop(self) -> None:
         """Finish nothing new: cancel runs in flight, then close the model client and the store."""
+        await self.a2a.close()
         await self.lanes.close()
         await self.provider.aclose()
         await self.store.close()

@@ -1,4 +1,4 @@
-"""The `bridge` command: run, chat, check-config."""
+"""The `bridge` command: run, chat, check-config, policy explain."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bridge import __version__
 from bridge.config import ConfigError, Settings, load_settings, render_settings, resolve_config_path
 from bridge.events import AdapterStartError
 from bridge.logs import setup_logging
 from bridge.store.base import StoreError
+
+if TYPE_CHECKING:
+    from bridge.app import Bridge
+    from bridge.reload import ConfigReloader
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
@@ -33,6 +38,15 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="print the effective config (secrets redacted) or its errors")
     check.add_argument("--config", type=Path, help=config_help)
+
+    policy = sub.add_parser("policy", help="inspect the send policy")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
+    explain = policy_sub.add_parser(
+        "explain", help="show which rule decides whether the bot speaks in a session"
+    )
+    explain.add_argument("session_key", metavar="SESSION_KEY", help="e.g. main or telegram:group:-100123")
+    explain.add_argument("--surface", help="for 'main' (it spans surfaces): the surface to decide for")
+    explain.add_argument("--config", type=Path, help=config_help)
     return parser
 
 
@@ -45,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "check-config":
         return check_config(settings, args.config)
+    if args.command == "policy":
+        return asyncio.run(explain_policy(settings, args.session_key, args.surface))
     setup_logging(settings)
+    path = resolve_config_path(args.config)
     try:
-        return asyncio.run(chat(settings) if args.command == "chat" else run(settings))
+        return asyncio.run(chat(settings, path) if args.command == "chat" else run(settings, path))
     except AdapterStartError as exc:
         print(f"bridge: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
@@ -68,7 +85,51 @@ def check_config(settings: Settings, path: Path | None) -> int:
     return 0
 
 
-async def chat(settings: Settings) -> int:
+async def explain_policy(settings: Settings, key: str, surface: str | None) -> int:
+    """`bridge policy explain KEY`: each rule, whether it matches, and what decides."""
+    from bridge.gateway.policy import Place, SendPolicy
+    from bridge.sessions.keys import SessionKeyError, parse
+    from bridge.store.sqlite import SQLiteStore
+
+    try:
+        parse(key)
+    except SessionKeyError as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    session = None
+    # Read the /send override from the bot's database, without creating one where there is none.
+    if settings.storage.path.is_file():
+        store = SQLiteStore(settings.storage.path)
+        try:
+            await store.open()
+            session = await store.active_session(key)
+        except StoreError as exc:
+            print(f"bridge: storage error: {exc}", file=sys.stderr)
+            return EXIT_RUNTIME
+        finally:
+            await store.close()
+    surface = surface or (session.surface if session else None)
+    place = Place.of(key, surface)
+    for line in SendPolicy(settings.session.send_policy).explain(
+        place, session.send_policy if session else None
+    ):
+        print(line)
+    if session is None:
+        print("(no active session with this key in the database yet)")
+    return 0
+
+
+def _watch_config(bridge: Bridge, settings: Settings, path: Path | None) -> ConfigReloader:
+    """Reload the send policy and access lists on file edits and on SIGHUP."""
+    from bridge.reload import ConfigReloader
+
+    reloader = ConfigReloader(path, settings, bridge.apply_live_settings)
+    reloader.start()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.reload)
+    return reloader
+
+
+async def chat(settings: Settings, path: Path | None = None) -> int:
     # Imported here so `check-config` stays fast and works even if a runtime dependency is broken.
     from bridge.app import Bridge, load_adapter_class
 
@@ -81,6 +142,7 @@ async def chat(settings: Settings) -> int:
         )
         return EXIT_CONFIG
     async with Bridge(settings, extra_owners=console.implicit_owners) as bridge:
+        reloader = _watch_config(bridge, settings, path)
         bridge.add_sender(console)
         where = settings.llm.base_url or "the OpenAI API"
         console.notice(
@@ -92,6 +154,7 @@ async def chat(settings: Settings) -> int:
             await console.wait_closed()
         finally:
             await console.stop()
+            await reloader.stop()
     return 0
 
 
@@ -104,7 +167,7 @@ def enabled_platforms(settings: Settings) -> list[str]:
     ]
 
 
-async def run(settings: Settings) -> int:
+async def run(settings: Settings, path: Path | None = None) -> int:
     from bridge.app import Bridge, load_adapter_class
 
     names = enabled_platforms(settings)
@@ -117,6 +180,7 @@ async def run(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with Bridge(settings) as bridge:
+        reloader = _watch_config(bridge, settings, path)
         started = []
         try:
             for adapter in adapters:
@@ -127,6 +191,7 @@ async def run(settings: Settings) -> int:
             await stop.wait()
         finally:
             # Stop listening first, so nothing new arrives while the runs in flight are wound down.
+            await reloader.stop()
             for adapter in reversed(started):
                 await adapter.stop()
     return 0

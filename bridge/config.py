@@ -370,7 +370,8 @@ def _render_section(name: str, section: BaseModel) -> list[str]:
             nested.extend(_render_section(f"{name}.{sub_name}", sub))
         else:
             lines.append(f"{sub_name} = {_toml_value(sub)}" if sub is not None else f"# {sub_name} is unset")
-    return ["\n".join(lines), *nested]
+    # A section holding only sub-tables (e.g. [session]) needs no header of its own.
+    return ["\n".join(lines), *nested] if len(lines) > 1 else nested
 
 
 def _toml_value(value: Any) -> str:

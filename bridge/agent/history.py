@@ -59,7 +59,7 @@ def _replay(rows: list[MessageRow], max_tool_result_chars: int) -> list[ChatMess
     while i < len(rows):
         row = rows[i]
         if row.kind not in _TOOL_KINDS:
-            messages.append(ChatMessage(role=row.kind, content=row.content))
+            messages.append(ChatMessage(role=row.kind, content=_framed(row)))
             i += 1
             continue
         step = (row.run_id, row.step)
@@ -69,6 +69,18 @@ def _replay(rows: list[MessageRow], max_tool_result_chars: int) -> list[ChatMess
         messages.extend(_replay_step(rows[i:j], max_tool_result_chars))
         i = j
     return messages
+
+
+def agent_note(via_session: str) -> str:
+    """The line that marks a message another session's agent wrote, as the model reads it."""
+    return f"[Agent-to-agent message from the agent of session '{via_session}'; not written by a human]"
+
+
+def _framed(row: MessageRow) -> str:
+    # An injected message is never shown to the model as if a person in this chat had written it.
+    if row.kind == "user" and row.via_session:
+        return f"{agent_note(row.via_session)}\n{row.content}"
+    return row.content
 
 
 def _position(row: MessageRow) -> tuple[int, int, int]:

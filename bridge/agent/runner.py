@@ -16,7 +16,7 @@ from bridge.config import Settings
 from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
 from bridge.store.base import SessionRow, Store, ToolExchange
 from bridge.store.sqlite import dumps
-from bridge.tools.base import Tool, ToolContext, ToolResult
+from bridge.tools.base import SessionMessenger, Tool, ToolContext, ToolResult
 from bridge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,8 @@ class AgentRunner:
         self.store = store
         self.registry = registry
         self.provider = provider
+        # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
+        self.messenger: SessionMessenger | None = None
 
     async def run(
         self,
@@ -128,10 +130,11 @@ class AgentRunner:
         *,
         channel: str | None = None,
         observer: RunObserver | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         observer = observer or NullObserver()
         agent = self.settings.agent
-        run_id = secrets.token_hex(8)
+        run_id = run_id or secrets.token_hex(8)
         rows = await self.store.history(session.id, agent.history_limit)
         last_user = next((r for r in reversed(rows) if r.kind == "user"), None)
         await self.store.start_run(
@@ -151,6 +154,8 @@ class AgentRunner:
             session=session,
             run_id=run_id,
             loaded_groups=loaded,
+            channel=channel,
+            messenger=self.messenger,
         )
         state = _RunState(
             run_id=run_id, messages=build_messages(rows, agent.max_tool_result_chars, agent.history_max_chars)

@@ -65,14 +65,11 @@ class AccessPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings, owners: Iterable[str]) -> AccessPolicy:
-        telegram, discord = settings.telegram, settings.discord
-        return cls(
-            owners,
-            {
-                "telegram": SurfaceAccess.of(telegram, telegram.allowed_chats),
-                "discord": SurfaceAccess.of(discord, discord.allowed_channels, discord.allowed_guilds),
-            },
-        )
+        return cls(owners, surfaces_from(settings))
+
+    def update(self, settings: Settings) -> None:
+        """New allowlists from a reloaded config; owners stay as started (they decide session keys)."""
+        self.surfaces = surfaces_from(settings)
 
     def check(self, inbound: Inbound) -> Verdict:
         rules = self.surfaces.get(inbound.surface)
@@ -99,6 +96,14 @@ class AccessPolicy:
             self._refused_at = {s: t for s, t in self._refused_at.items() if now - t < REFUSAL_INTERVAL_S}
         self._refused_at[sender] = now
         return Verdict.REFUSE
+
+
+def surfaces_from(settings: Settings) -> dict[str, SurfaceAccess]:
+    telegram, discord = settings.telegram, settings.discord
+    return {
+        "telegram": SurfaceAccess.of(telegram, telegram.allowed_chats),
+        "discord": SurfaceAccess.of(discord, discord.allowed_channels, discord.allowed_guilds),
+    }
 
 
 def refusal_text(inbound: Inbound) -> str:

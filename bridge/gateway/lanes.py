@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -14,9 +15,17 @@ Job = Callable[[], Awaitable[None]]
 
 
 @dataclass(slots=True)
+class _Entry:
+    job: Job
+    waiters: list[asyncio.Future[None]]
+    # A chat message's job may absorb the next one (both read the same history); an agent-to-agent
+    # turn never does: its reply goes to another session, not to this chat.
+    merge: bool
+
+
+@dataclass(slots=True)
 class _Lane:
-    job: Job | None = None
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    queue: deque[_Entry] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
     current: asyncio.Task[None] | None = None
 
@@ -37,23 +46,27 @@ class Lanes:
         lane = self._lanes.get(key)
         return lane is not None and lane.current is not None and not lane.current.done()
 
-    def schedule(self, key: str, job: Job) -> asyncio.Future[None]:
-        """Run `job` in the key's lane (after the current run); the future resolves when it is done."""
+    def schedule(self, key: str, job: Job, *, merge: bool = True) -> asyncio.Future[None]:
+        """Run `job` in the key's lane (after the work queued before it); the future resolves when
+        it is done, or when /clear or /stop drops it."""
         lane = self._lanes.setdefault(key, _Lane())
-        lane.job = job  # the latest message decides where the follow-up run answers
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        lane.waiters.append(waiter)
+        last = lane.queue[-1] if lane.queue else None
+        if merge and last is not None and last.merge:
+            last.job = job  # the latest message decides where the follow-up run answers
+            last.waiters.append(waiter)
+        else:
+            lane.queue.append(_Entry(job, [waiter], merge))
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain(key, lane), name=f"lane:{key}")
         return waiter
 
     async def _drain(self, key: str, lane: _Lane) -> None:
         try:
-            while lane.waiters and lane.job is not None:
-                waiters, lane.waiters = lane.waiters, []
-                job, lane.job = lane.job, None
+            while lane.queue:
+                entry = lane.queue.popleft()
                 async with self._slots:
-                    lane.current = asyncio.create_task(job(), name=f"run:{key}")
+                    lane.current = asyncio.create_task(entry.job(), name=f"run:{key}")
                     try:
                         await lane.current
                     except asyncio.CancelledError:
@@ -66,10 +79,11 @@ class Lanes:
                         log.exception("run in lane %s failed", key)
                     finally:
                         lane.current = None
-                        _resolve(waiters)
+                        _resolve(entry.waiters)
         finally:
-            _resolve(lane.waiters)
-            if self._lanes.get(key) is lane and not lane.waiters:
+            for entry in lane.queue:
+                _resolve(entry.waiters)
+            if self._lanes.get(key) is lane and not lane.queue:
                 del self._lanes[key]
 
     async def cancel(self, key: str) -> bool:
@@ -77,9 +91,9 @@ class Lanes:
         lane = self._lanes.get(key)
         if lane is None:
             return False
-        lane.job = None
-        _resolve(lane.waiters)
-        lane.waiters = []
+        for entry in lane.queue:
+            _resolve(entry.waiters)
+        lane.queue.clear()
         current = lane.current
         if current is None or current.done():
             return False

@@ -114,6 +114,9 @@ class SendPolicy:
             verdict = "matches" if matches(rule.match, place) else "does not match"
             lines.append(f"  {describe_rule(index, rule)}: {verdict}")
         lines.append(f"default: {self.settings.default}")
+        matching = {rule.action for rule in self.settings.rules if matches(rule.match, place)}
+        if override is None and "allow" in matching and matching - {"allow"}:
+            lines.append("note: a matching deny or ignore wins over any allow; /send on overrides one chat")
         lines.append(f"decision: {decision.action}, decided by {decision.reason}")
         lines.append(_consequence(decision.action))
         return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from bridge.config import Settings
@@ -36,6 +36,18 @@ class ToolResult:
         return "success" if self.ok else "error"
 
 
+class SessionMessenger(Protocol):
+    """Runs a message from one session's agent in another session (sessions_send)."""
+
+    async def send(
+        self, requester: SessionRow, target: SessionRow, message: str, timeout_s: float
+    ) -> dict[str, Any]: ...
+
+
+# The channel of a run that another session's agent started; such a run may not start another.
+AGENT_CHANNEL = "agent"
+
+
 @dataclass(slots=True)
 class ToolContext:
     """Everything a tool may touch during one run; the run's loaded groups live here."""
@@ -46,6 +58,9 @@ class ToolContext:
     session: SessionRow
     run_id: str
     loaded_groups: set[str] = field(default_factory=set)
+    # Where the run's input came from: a surface name, or AGENT_CHANNEL.
+    channel: str | None = None
+    messenger: SessionMessenger | None = None
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]

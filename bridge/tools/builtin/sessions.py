@@ -1,19 +1,22 @@
-"""Group `sessions`: list sessions and read their history, without leaking chats to non-owners."""
+"""Group `sessions`: list sessions, read their history and message them, without leaking chats."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from typing import Any
 
 from bridge.sessions.keys import MAIN, RESERVED_KEYS, SessionKeyError, kind
 from bridge.store.base import MessageRow, SessionRow, SessionSummary
-from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, clamp_int, params
+from bridge.tools.base import AGENT_CHANNEL, Tool, ToolContext, ToolGroup, ToolResult, clamp_int, params
 
 KINDS = ("main", "group", "cron", "hook", "node", "other")
 LIST_MAX = 200
 LIST_MESSAGES_MAX = 20
 HISTORY_MAX = 200
+SEND_TIMEOUT_DEFAULT = 30.0
+SEND_TIMEOUT_MAX = 300.0
 
 
 def session_kind(key: str) -> str:
@@ -25,6 +28,9 @@ def session_kind(key: str) -> str:
 
 def _message_dict(row: MessageRow) -> dict[str, Any]:
     role = {"tool_call": "tool_call", "tool_result": "tool"}.get(row.kind, row.kind)
+    if row.via_session:
+        # Written by another session's agent (sessions_send): never presented as a person's message.
+        role = "agent"
     item: dict[str, Any] = {
         "id": row.id,
         "role": role,
@@ -35,6 +41,8 @@ def _message_dict(row: MessageRow) -> dict[str, Any]:
         item.update(tool_name=row.tool_name, tool_call_id=row.tool_call_id, status=row.tool_status)
     if row.kind == "tool_call":
         item["input"] = row.tool_input
+    if row.via_session:
+        item["from_session"] = row.via_session
     return item
 
 
@@ -102,20 +110,29 @@ async def sessions_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult.success({"sessions": rows, "count": len(rows)})
 
 
-async def sessions_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+async def _resolve(args: dict[str, Any], ctx: ToolContext) -> SessionRow | ToolResult:
+    """The session named by 'session_key' (a key, or a session id), if this session may see it."""
     ref = args.get("session_key")
     if not isinstance(ref, str) or not ref.strip():
         return ToolResult.error("missing_parameter", "Required parameter 'session_key' is missing.")
     ref = ref.strip()
-    limit = clamp_int(args.get("limit"), default=50, high=HISTORY_MAX)
-    include_tools = args.get("include_tools") is True
     session = None if ref in RESERVED_KEYS else await ctx.store.active_session(ref)
     if session is None:
         session = await ctx.store.get_session(ref)
+    # An invisible session answers exactly like a missing one: its existence is not leaked either.
     if session is None or session.key in RESERVED_KEYS or not _visible(ctx, session):
         return ToolResult.error(
             "not_found", f"No session with key or id '{ref}'. Use sessions_list to see the sessions."
         )
+    return session
+
+
+async def sessions_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    session = await _resolve(args, ctx)
+    if isinstance(session, ToolResult):
+        return session
+    limit = clamp_int(args.get("limit"), default=50, high=HISTORY_MAX)
+    include_tools = args.get("include_tools") is True
     history = await ctx.store.history(session.id, limit, chat_only=not include_tools)
     return ToolResult.success(
         {
@@ -126,10 +143,42 @@ async def sessions_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult
     )
 
 
+async def sessions_send(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    if ctx.channel == AGENT_CHANNEL:
+        # One level only: an agent answering another agent cannot start a third exchange (no loops).
+        return ToolResult.error(
+            "not_allowed", "sessions_send cannot be used while answering another session's agent."
+        )
+    message = args.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return ToolResult.error("missing_parameter", "Required parameter 'message' is missing.")
+    target = await _resolve(args, ctx)
+    if isinstance(target, ToolResult):
+        return target
+    if target.key == ctx.session.key:
+        return ToolResult.error(
+            "same_session", "A session cannot send to itself; answer here directly instead."
+        )
+    if ctx.messenger is None:
+        return ToolResult.error("unavailable", "Sending to other sessions is not available here.")
+    timeout = args.get("timeout_seconds", SEND_TIMEOUT_DEFAULT)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+        return ToolResult.error(
+            "invalid_parameter", "'timeout_seconds' must be a number of seconds, 0 or more."
+        )
+    outcome = await ctx.messenger.send(
+        ctx.session, target, message.strip(), min(float(timeout), SEND_TIMEOUT_MAX)
+    )
+    if outcome["status"] == "error":
+        # Still the documented JSON shape, but marked failed so the run's failure breaker counts it.
+        return ToolResult(ok=False, content=json.dumps(outcome, ensure_ascii=False), code="run_failed")
+    return ToolResult.success(outcome)
+
+
 def sessions_group() -> ToolGroup:
     return ToolGroup(
         name="sessions",
-        description="List chat sessions and read their message history",
+        description="List chat sessions, read their message history, and message other sessions' agents",
         tools=(
             Tool(
                 "sessions_list",
@@ -172,6 +221,26 @@ def sessions_group() -> ToolGroup:
                     ["session_key"],
                 ),
                 sessions_history,
+            ),
+            Tool(
+                "sessions_send",
+                "Send a message to another session's agent and get its reply. Its chat hears about it "
+                "only if that agent decides to announce it afterwards.",
+                params(
+                    {
+                        "session_key": {"type": "string", "description": "Session key or id to send to"},
+                        "message": {"type": "string", "description": "The message for that session's agent"},
+                        "timeout_seconds": {
+                            "type": "number",
+                            "description": "Seconds to wait for the reply "
+                            f"(default {SEND_TIMEOUT_DEFAULT:g}, max {SEND_TIMEOUT_MAX:g}); 0 does not wait",
+                        },
+                    },
+                    ["session_key", "message"],
+                ),
+                sessions_send,
+                # The tool's own wait is bounded by timeout_seconds; leave room beyond the default.
+                timeout_s=SEND_TIMEOUT_MAX + 5,
             ),
         ),
     )
