@@ -185,6 +185,11 @@ class AgentToAgent:
         await self.lanes.schedule(to.key, job, merge=False)
         return outcome[0] if outcome else None
 
+    async def idle(self) -> None:
+        """Wait until every exchange in progress has ended (announce included)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
