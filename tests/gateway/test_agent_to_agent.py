@@ -122,7 +122,7 @@ async def test_announce_skip_keeps_the_target_chat_silent(tmp_path: Path) -> Non
 
 
 async def test_the_announce_is_delivered_once(tmp_path: Path) -> None:
-    script, llm = model(announce="News from main.")
+    _script, llm = model(announce="News from main.")
     async with llm, running_bridge(tmp_path, llm) as h:
         await group_says(h, "hello bot")
         await exchange(h)
@@ -177,7 +177,7 @@ async def test_a_group_agent_cannot_reach_main(tmp_path: Path) -> None:
 
 
 async def test_an_injected_message_is_shown_as_an_agent_in_sessions_history(tmp_path: Path) -> None:
-    script, llm = model()
+    _script, llm = model()
     async with llm, running_bridge(tmp_path, llm) as h:
         await group_says(h, "hello bot")
         await exchange(h)
