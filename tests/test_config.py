@@ -395,3 +395,72 @@ def test_render_escapes_every_control_character(tmp_path: Path) -> None:
     back = load_settings(write(tmp_path / "rendered.toml", render_settings(original)))
     assert back.agent.system_prompt == awkward
     assert back == original
+
+
+# -- [session] -------------------------------------------------------------------------------
+
+
+def test_send_policy_rules_load_in_the_documented_shape(tmp_path: Path) -> None:
+    settings = load_settings(
+        write(
+            tmp_path / "c.toml",
+            """
+[session.send_policy]
+default = "deny"
+rules = [
+  { action = "allow", match = { key_prefix = "main" } },
+  { action = "ignore", match = { surface = "discord", chat_type = "channel" } },
+  { action = "deny" },
+]
+[session.agent_to_agent]
+max_ping_pong_turns = 0
+""",
+        )
+    )
+    policy = settings.session.send_policy
+    assert policy.default == "deny"
+    assert [r.action for r in policy.rules] == ["allow", "ignore", "deny"]
+    assert policy.rules[1].match.chat_type == "channel"
+    assert policy.rules[2].match.surface is None
+    assert settings.session.agent_to_agent.max_ping_pong_turns == 0
+
+
+def test_a_bad_rule_is_named_by_its_position(tmp_path: Path) -> None:
+    error = config_error(
+        write(
+            tmp_path / "c.toml",
+            '[session.send_policy]\nrules = [{ action = "allow" }, '
+            '{ action = "mute", match = { chat = "x" } }]\n',
+        )
+    )
+    assert "session.send_policy.rules[1].action" in error
+    assert "session.send_policy.rules[1].match.chat: unknown key" in error
+
+
+def test_ping_pong_turns_are_limited_to_five(tmp_path: Path) -> None:
+    error = config_error(write(tmp_path / "c.toml", "[session.agent_to_agent]\nmax_ping_pong_turns = 6\n"))
+    assert "session.agent_to_agent.max_ping_pong_turns" in error
+
+
+def test_a_nested_environment_variable_is_blamed_by_its_full_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRIDGE_SESSION__SEND_POLICY__DEFAULT", "maybe")
+    error = config_error()
+    assert "environment variable BRIDGE_SESSION__SEND_POLICY__DEFAULT: session.send_policy.default" in error
+
+
+def test_render_round_trips_send_policy_rules(tmp_path: Path) -> None:
+    original = Settings(
+        session={
+            "send_policy": {
+                "default": "deny",
+                "rules": [
+                    {"action": "allow", "match": {"key_prefix": "main"}},
+                    {"action": "deny", "match": {"surface": "discord", "chat_type": "group"}},
+                    {"action": "ignore"},
+                ],
+            }
+        }
+    )
+    rendered = render_settings(original)
+    assert "[session.send_policy]" in rendered and "\n[session]\n" not in rendered
+    assert load_settings(write(tmp_path / "rendered.toml", rendered)) == original

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import pytest
 
 from bridge.store import sqlite as sqlite_module
-from bridge.store.base import SessionMeta, SessionRow, StoreError, ToolExchange
+from bridge.store.base import OutboxItem, SessionMeta, SessionRow, StoreError, ToolExchange
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.sqlite import SQLiteStore, dumps
 
@@ -570,3 +572,74 @@ async def test_a_version_one_database_is_upgraded_in_place_keeping_its_sessions(
     assert old is not None and old.parent_id is None
     assert thread.parent_id == "8"
     assert version == SCHEMA_VERSION == len(MIGRATIONS)
+
+
+# -- outbox ----------------------------------------------------------------------------------
+
+
+def outbox_item(**fields: Any) -> OutboxItem:
+    base: dict[str, Any] = {
+        "kind": "reply",
+        "surface": "telegram",
+        "chat_id": "1",
+        "text": "hi",
+        "state": "pending",
+    }
+    return OutboxItem(**{**base, **fields})
+
+
+async def test_an_outbox_item_moves_from_pending_to_sent_with_its_message_id(store: SQLiteStore) -> None:
+    session = await store.ensure_active_session("main")
+    item_id = await store.add_outbox(outbox_item(session_id=session.id, session_key="main"))
+    assert item_id is not None
+    await store.mark_outbox(item_id, "sent", platform_msg_id="99")
+    [row] = await store.outbox(session_id=session.id)
+    assert (row.item.state, row.platform_msg_id, row.item.session_key) == ("sent", "99", "main")
+
+
+async def test_an_item_with_a_used_dedupe_key_is_refused(store: SQLiteStore) -> None:
+    assert await store.add_outbox(outbox_item(dedupe_key="announce:x")) is not None
+    assert await store.add_outbox(outbox_item(dedupe_key="announce:x", text="again")) is None
+    assert [r.item.text for r in await store.outbox()] == ["hi"]
+    # Items without a key never collide.
+    assert await store.add_outbox(outbox_item()) is not None
+    assert await store.add_outbox(outbox_item()) is not None
+
+
+async def test_suppressed_items_are_counted_per_session(store: SQLiteStore) -> None:
+    a = await store.ensure_active_session("main")
+    b = await store.ensure_active_session("telegram:group:-1")
+    for session, state in ((a, "suppressed"), (a, "suppressed"), (a, "sent"), (b, "suppressed")):
+        await store.add_outbox(outbox_item(session_id=session.id, state=state, reason="rule 1"))
+    assert await store.count_outbox(a.id, "suppressed") == 2
+    assert await store.count_outbox(b.id, "suppressed") == 1
+    assert [r.item.reason for r in await store.outbox(state="suppressed")] == ["rule 1"] * 3
+
+
+async def test_an_injected_message_keeps_the_session_that_wrote_it(store: SQLiteStore) -> None:
+    session = await store.ensure_active_session("telegram:group:-1")
+    await store.add_user_message(session.id, "from main", via_session="main")
+    await store.add_user_message(session.id, "from a person", sender="telegram:5")
+    rows = await store.history(session.id, 10)
+    assert [(r.content, r.via_session) for r in rows] == [("from main", "main"), ("from a person", None)]
+
+
+async def test_the_send_override_is_kept_by_a_new_session_of_the_same_key(store: SQLiteStore) -> None:
+    old = await store.ensure_active_session("telegram:group:-1")
+    await store.set_send_policy(old.id, "deny")
+    new = await store.start_new_session("telegram:group:-1")
+    assert new.send_policy == "deny"
+    assert (await store.active_session("telegram:group:-1")) == new
+
+
+async def test_a_write_cancelled_mid_transaction_leaves_the_connection_usable(store: SQLiteStore) -> None:
+    session = await store.ensure_active_session("main")
+    for ticks in range(30):
+        task = asyncio.create_task(store.add_user_message(session.id, "x"))
+        for _ in range(ticks):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        # Every cancellation point, BEGIN included: the next transaction must still start.
+        assert await store.add_user_message(session.id, "after") is not None

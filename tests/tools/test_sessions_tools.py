@@ -9,8 +9,16 @@ import pytest
 
 from bridge.store.base import SessionMeta, SessionRow, ToolExchange
 from bridge.store.sqlite import SQLiteStore
-from bridge.tools.base import ToolContext, ToolResult
-from bridge.tools.builtin.sessions import LIST_MAX, LIST_MESSAGES_MAX, sessions_history, sessions_list
+from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolResult
+from bridge.tools.builtin.sessions import (
+    LIST_MAX,
+    LIST_MESSAGES_MAX,
+    SEND_TIMEOUT_DEFAULT,
+    SEND_TIMEOUT_MAX,
+    sessions_history,
+    sessions_list,
+    sessions_send,
+)
 from tests.tools.conftest import MakeSessionContext
 
 
@@ -299,3 +307,102 @@ async def test_an_owner_speaking_in_a_group_cannot_pull_main_into_that_group(
     assert [row["key"] for row in await listed(ctx)] == ["telegram:group:-100"]
     result = await sessions_history({"session_key": "main"}, ctx)
     assert not result.ok and result.code == "not_found"
+
+
+# -- sessions_send ---------------------------------------------------------------------------
+
+
+class RecordingMessenger:
+    """Stands in for the agent-to-agent service: records what it was asked to carry."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, float]] = []
+
+    async def send(self, requester: SessionRow, target: SessionRow, message: str, timeout_s: float) -> Any:
+        self.calls.append((requester.key, target.key, message, timeout_s))
+        if message == "fail":
+            return {"run_id": "r9", "status": "error", "error": "the model failed"}
+        return {"run_id": "r1", "status": "ok", "reply": "pong"}
+
+
+async def send_ctx(make: MakeSessionContext, key: str = "main", channel: str | None = None) -> ToolContext:
+    ctx = await make(key)
+    ctx.messenger = RecordingMessenger()
+    ctx.channel = channel
+    return ctx
+
+
+async def test_sessions_send_carries_the_message_and_returns_the_reply(
+    sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
+) -> None:
+    ctx = await send_ctx(make_session_ctx)
+    result = await sessions_send({"session_key": "telegram:group:-100", "message": " ping "}, ctx)
+    assert payload(result) == {"run_id": "r1", "status": "ok", "reply": "pong"}
+    assert ctx.messenger.calls == [("main", "telegram:group:-100", "ping", SEND_TIMEOUT_DEFAULT)]  # type: ignore[union-attr]
+
+
+async def test_sessions_send_accepts_a_session_id_and_clamps_the_timeout(
+    sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
+) -> None:
+    ctx = await send_ctx(make_session_ctx)
+    group = sessions["telegram:group:-100"]
+    await sessions_send({"session_key": group.id, "message": "hi", "timeout_seconds": 10_000}, ctx)
+    await sessions_send({"session_key": group.id, "message": "hi", "timeout_seconds": 0}, ctx)
+    calls = ctx.messenger.calls  # type: ignore[union-attr]
+    assert [(c[1], c[3]) for c in calls] == [(group.key, SEND_TIMEOUT_MAX), (group.key, 0.0)]
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        ({"message": "hi"}, "missing_parameter"),
+        ({"session_key": "telegram:group:-100"}, "missing_parameter"),
+        ({"session_key": "telegram:group:-100", "message": "   "}, "missing_parameter"),
+        ({"session_key": "telegram:group:-100", "message": "hi", "timeout_seconds": -1}, "invalid_parameter"),
+        (
+            {"session_key": "telegram:group:-100", "message": "hi", "timeout_seconds": "5"},
+            "invalid_parameter",
+        ),
+        (
+            {"session_key": "telegram:group:-100", "message": "hi", "timeout_seconds": True},
+            "invalid_parameter",
+        ),
+        ({"session_key": "telegram:group:-999", "message": "hi"}, "not_found"),
+        ({"session_key": "global", "message": "hi"}, "not_found"),
+        ({"session_key": "main", "message": "hi"}, "same_session"),
+    ],
+)
+async def test_sessions_send_rejects_bad_arguments(
+    sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext, args: dict[str, Any], code: str
+) -> None:
+    ctx = await send_ctx(make_session_ctx)
+    result = await sessions_send(args, ctx)
+    assert not result.ok and result.code == code
+    assert ctx.messenger.calls == []  # type: ignore[union-attr]
+
+
+async def test_a_group_session_cannot_send_anywhere_else(
+    sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
+) -> None:
+    ctx = await send_ctx(make_session_ctx, "telegram:group:-100")
+    for target in ("main", "cron:daily", sessions["main"].id):
+        result = await sessions_send({"session_key": target, "message": "leak?"}, ctx)
+        assert result.code == "not_found"
+    assert ctx.messenger.calls == []  # type: ignore[union-attr]
+
+
+async def test_an_agent_answering_an_agent_cannot_start_another_exchange(
+    sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
+) -> None:
+    ctx = await send_ctx(make_session_ctx, channel=AGENT_CHANNEL)
+    result = await sessions_send({"session_key": "telegram:group:-100", "message": "hi"}, ctx)
+    assert result.code == "not_allowed"
+
+
+async def test_a_failed_target_run_is_an_error_in_the_documented_shape(
+    sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
+) -> None:
+    ctx = await send_ctx(make_session_ctx)
+    result = await sessions_send({"session_key": "telegram:group:-100", "message": "fail"}, ctx)
+    assert not result.ok
+    assert json.loads(result.content) == {"run_id": "r9", "status": "error", "error": "the model failed"}
