@@ -59,6 +59,14 @@ class MessageRow:
     # For rows written by a run: the newest user message that run answered (see build_messages).
     anchor: int | None = None
 
+    @property
+    def role(self) -> str:
+        """The role tools show: user, assistant, tool_call, tool, or agent for an injected message."""
+        if self.via_session:
+            # Written by another session's agent (sessions_send): never presented as a person.
+            return "agent"
+        return "tool" if self.kind == "tool_result" else self.kind
+
 
 @dataclass(frozen=True, slots=True)
 class ToolExchange:

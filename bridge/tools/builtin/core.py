@@ -67,7 +67,7 @@ async def search_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     matches = [
         {
             "id": row.id,
-            "role": row.kind,
+            "role": row.role,
             "at": datetime.fromtimestamp(row.created_at, UTC).isoformat(timespec="seconds"),
             "text": row.content[:SEARCH_SNIPPET_CHARS],
         }

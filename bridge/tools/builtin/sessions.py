@@ -27,13 +27,9 @@ def session_kind(key: str) -> str:
 
 
 def _message_dict(row: MessageRow) -> dict[str, Any]:
-    role = {"tool_call": "tool_call", "tool_result": "tool"}.get(row.kind, row.kind)
-    if row.via_session:
-        # Written by another session's agent (sessions_send): never presented as a person's message.
-        role = "agent"
     item: dict[str, Any] = {
         "id": row.id,
-        "role": role,
+        "role": row.role,
         "content": row.content,
         "at": datetime.fromtimestamp(row.created_at, UTC).isoformat(timespec="seconds"),
     }
