@@ -122,7 +122,7 @@ _SEND_CHOICES: dict[str, str | None] = {"on": "allow", "off": "deny", "inherit":
 
 
 def send_state(decision: Decision) -> str:
-    """`off (session override (/send off)): shadow mode, ...` as /send and /status show it."""
+    """`off, decided by session override (/send off); shadow mode: ...` as /send and /status show it."""
     effect = {
         "allow": "the bot speaks here",
         "deny": "shadow mode: the bot reads and answers in its history but sends nothing here",

@@ -53,7 +53,9 @@ class Dispatcher:
         if command is not None and owner:
             # An owner's command is answered whatever the send policy says: it is how they change it.
             answer = await self.commands.handle(command, key, surface=inbound.surface, is_owner=True)
-            await self.delivery.send(Outbound(inbound.route, "notice", answer, policy_exempt=True))
+            await self.delivery.send(
+                Outbound(inbound.route, "notice", answer, session_key=key, policy_exempt=True)
+            )
             return None
         decision = await self.gate.decide(key, inbound.surface)
         if not decision.processes:
