@@ -63,7 +63,10 @@ class ConfigReloader:
         self.current = current
         self.apply = apply
         self.interval_s = interval_s
-        self._digest = self._read_digest()
+        # Unknown at first: the file may have changed between the load at startup and now, so the
+        # first poll loads it and compares the settings (quietly, when nothing changed).
+        self._digest: bytes | None = None
+        self._seen: bytes | None = None
         self._task: asyncio.Task[None] | None = None
 
     def _read_digest(self) -> bytes | None:
@@ -74,14 +77,16 @@ class ConfigReloader:
         except OSError:
             return None
 
-    def reload(self) -> bool:
+    def reload(self, digest: bytes | None = None) -> bool:
         """Load and apply the config now; False (and one logged error) when it is invalid."""
-        self._digest = self._read_digest()
+        self._digest = digest or self._read_digest()
         try:
             settings = load_settings(self.path)
         except ConfigError as exc:
             log.error("config reload failed; keeping the last good settings:\n%s", exc)
             return False
+        if digest is not None and settings == self.current:
+            return True  # the watcher's first look, or a save that changed nothing that matters
         later = restart_needed(self.current, settings)
         self.apply(settings)
         self.current = settings
@@ -102,8 +107,19 @@ class ConfigReloader:
 
     async def _watch(self) -> None:
         while True:
+            await self.poll()
             await asyncio.sleep(self.interval_s)
-            # A hash, not the mtime: editors that save twice or touch the file cause no reload.
-            digest = await asyncio.to_thread(self._read_digest)
-            if digest is not None and digest != self._digest:
-                self.reload()
+
+    async def poll(self) -> None:
+        """One look at the file: reload once a change has stayed the same for a whole interval.
+
+        A hash, not the mtime, so a save that changes nothing causes no reload; and a file caught
+        half written (an empty one would mean "all defaults") is never applied.
+        """
+        digest = await asyncio.to_thread(self._read_digest)
+        if digest is None or digest == self._digest:
+            self._seen = digest
+        elif digest == self._seen:
+            self.reload(digest)
+        else:
+            self._seen = digest

@@ -109,11 +109,45 @@ async def test_the_watcher_reloads_on_change_and_reports_a_bad_file_once(tmp_pat
         await reloader.stop()
 
 
-def test_saving_the_same_content_does_not_reload(tmp_path: Path) -> None:
+async def test_a_change_is_applied_only_once_it_has_stayed_the_same_for_an_interval(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(GOOD)
-    reloader = reloader_for(path, [])
-    assert reloader._read_digest() == reloader._digest
+    applied: list[Settings] = []
+    reloader = reloader_for(path, applied)
+    await reloader.poll()
+    await reloader.poll()  # the file as loaded at startup: nothing to apply
+    assert applied == []
+    path.write_text("")  # an editor caught halfway: truncated, not yet written
+    await reloader.poll()
+    path.write_text(GOOD.replace("telegram", "discord"))
+    await reloader.poll()
+    assert applied == []  # never saw the same content twice: the empty file was never applied
+    await reloader.poll()
+    assert [s.session.send_policy.rules[0].match.surface for s in applied] == ["discord"]
+    await reloader.poll()
+    assert len(applied) == 1
+
+
+async def test_an_edit_made_while_the_bot_started_is_picked_up(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("")
+    applied: list[Settings] = []
+    reloader = reloader_for(path, applied)  # loaded the empty file...
+    path.write_text(GOOD)  # ...and the operator saved before the watcher's first look
+    await reloader.poll()
+    await reloader.poll()
+    assert applied and applied[-1].session.send_policy.rules[0].action == "deny"
+
+
+async def test_rewriting_the_same_settings_applies_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(GOOD)
+    applied: list[Settings] = []
+    reloader = reloader_for(path, applied)
+    path.write_text(GOOD + "\n# a comment\n")
+    await reloader.poll()
+    await reloader.poll()
+    assert applied == []
 
 
 def test_changes_outside_the_live_settings_are_named_for_a_restart() -> None:
