@@ -101,7 +101,7 @@ class Commands:
         session = await self.sessions.active_for_key(key)
         loaded = sorted(self.registry.known_groups(await self.store.loaded_groups(session.id)))
         count = await self.store.count_messages(session.id)
-        suppressed = await self.store.count_outbox(session.id, "suppressed")
+        suppressed = await self.store.count_outbox(session, "suppressed")
         decision = await self.gate.decide(key, surface)
         started = datetime.fromtimestamp(session.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         return "\n".join(

@@ -101,7 +101,7 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at      REAL NOT NULL
     );
     CREATE UNIQUE INDEX outbox_once ON outbox (dedupe_key) WHERE dedupe_key IS NOT NULL;
-    CREATE INDEX outbox_by_session ON outbox (session_id, state);
+    CREATE INDEX outbox_by_session ON outbox (session_key, state);
     CREATE INDEX outbox_pending ON outbox (surface, chat_id, id) WHERE state = 'pending';
     -- The key of the session whose agent wrote this 'user' message; NULL when a human wrote it.
     ALTER TABLE messages ADD COLUMN via_session TEXT;

@@ -404,10 +404,15 @@ class SQLiteStore:
                 (state, platform_msg_id, reason, time.time(), item_id),
             )
 
-    async def count_outbox(self, session_id: str, state: OutboxState) -> int:
+    async def count_outbox(self, session: SessionRow, state: OutboxState) -> int:
+        # Items sent before a chat had a session (a command's answer, a refusal) carry only the key:
+        # they count for the session that follows them, not for one that ended before them.
         return int(
             await self._scalar(
-                "SELECT COUNT(*) FROM outbox WHERE session_id = ? AND state = ?", (session_id, state)
+                "SELECT COUNT(*) FROM outbox WHERE session_key = ? AND state = ? AND (session_id = ? OR "
+                "(session_id IS NULL AND created_at >= COALESCE((SELECT MAX(ended_at) FROM sessions "
+                "WHERE key = ? AND ended_at IS NOT NULL), 0)))",
+                (session.key, state, session.id, session.key),
             )
         )
 

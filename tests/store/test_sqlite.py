@@ -610,10 +610,26 @@ async def test_suppressed_items_are_counted_per_session(store: SQLiteStore) -> N
     a = await store.ensure_active_session("main")
     b = await store.ensure_active_session("telegram:group:-1")
     for session, state in ((a, "suppressed"), (a, "suppressed"), (a, "sent"), (b, "suppressed")):
-        await store.add_outbox(outbox_item(session_id=session.id, state=state, reason="rule 1"))
-    assert await store.count_outbox(a.id, "suppressed") == 2
-    assert await store.count_outbox(b.id, "suppressed") == 1
+        await store.add_outbox(
+            outbox_item(session_id=session.id, session_key=session.key, state=state, reason="rule 1")
+        )
+    assert await store.count_outbox(a, "suppressed") == 2
+    assert await store.count_outbox(b, "suppressed") == 1
     assert [r.item.reason for r in await store.outbox(state="suppressed")] == ["rule 1"] * 3
+
+
+async def test_items_suppressed_before_a_chat_had_a_session_count_for_the_next_session(
+    store: SQLiteStore,
+) -> None:
+    key = "telegram:group:-1"
+    await store.add_outbox(outbox_item(session_key=key, state="suppressed"))
+    first = await store.ensure_active_session(key)
+    assert await store.count_outbox(first, "suppressed") == 1
+    second = await store.start_new_session(key)
+    # /clear starts the count afresh; a keyless item after it counts for the new session.
+    assert await store.count_outbox(second, "suppressed") == 0
+    await store.add_outbox(outbox_item(session_key=key, state="suppressed"))
+    assert await store.count_outbox(second, "suppressed") == 1
 
 
 async def test_an_injected_message_keeps_the_session_that_wrote_it(store: SQLiteStore) -> None:
