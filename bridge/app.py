@@ -21,6 +21,7 @@ from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.llm.base import Provider
 from bridge.llm.openai import OpenAIProvider
 from bridge.sessions.service import SessionService
+from bridge.store.base import RunRow
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
@@ -51,6 +52,7 @@ class Bridge:
         extra_groups: tuple[ToolGroup, ...] = (),
     ) -> None:
         self.settings = settings
+        self.interrupted: list[RunRow] = []
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = SQLiteStore(settings.storage.path)
@@ -83,6 +85,19 @@ class Bridge:
 
     async def start(self) -> None:
         await self.store.open()
+        try:
+            # Runs a crash cut short: closed now, their chats told once the adapters are up (recover()).
+            self.interrupted = await self.store.abort_interrupted_runs()
+        except BaseException:
+            # An open connection's thread would keep the process alive after the error.
+            await self.store.close()
+            raise
+
+    async def recover(self) -> None:
+        """Tell each chat whose answer a crash cut short; the message is in history, /retry answers it."""
+        interrupted, self.interrupted = self.interrupted, []
+        for run in interrupted:
+            await self.dispatcher.tell_interrupted(run)
 
     async def stop(self) -> None:
         """Finish nothing new: cancel runs in flight, then close the model client and the store."""

@@ -1,4 +1,4 @@
-"""The `bridge` command: run, chat, check-config, policy explain."""
+"""The `bridge` command: run, chat, check-config, policy explain, backup."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="print the effective config (secrets redacted) or its errors")
     check.add_argument("--config", type=Path, help=config_help)
 
+    backup = sub.add_parser("backup", help="copy the database to PATH while the bot may be running")
+    backup.add_argument("path", type=Path, metavar="PATH", help="the new backup file (must not exist)")
+    backup.add_argument("--config", type=Path, help=config_help)
+
     policy = sub.add_parser("policy", help="inspect the send policy")
     policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
     explain = policy_sub.add_parser(
@@ -59,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "check-config":
         return check_config(settings, args.config)
+    if args.command == "backup":
+        return asyncio.run(backup_database(settings, args.path))
     if args.command == "policy":
         return asyncio.run(explain_policy(settings, args.session_key, args.surface))
     setup_logging(settings)
@@ -82,6 +88,26 @@ def check_config(settings: Settings, path: Path | None) -> int:
     source = resolve_config_path(path)
     print(f"# effective config from {source or 'defaults'} and BRIDGE_* environment variables")
     print(render_settings(settings), end="")
+    return 0
+
+
+async def backup_database(settings: Settings, target: Path) -> int:
+    """`bridge backup PATH`: an online, consistent copy, safe while `bridge run` is writing."""
+    from bridge.store.sqlite import SQLiteStore
+
+    if not settings.storage.path.is_file():
+        print(f"bridge: no database at {settings.storage.path} to back up", file=sys.stderr)
+        return EXIT_RUNTIME
+    store = SQLiteStore(settings.storage.path)
+    try:
+        await store.open()
+        await store.backup(target)
+    except StoreError as exc:
+        print(f"bridge: backup failed: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    finally:
+        await store.close()
+    print(f"backed up {settings.storage.path} to {target}")
     return 0
 
 
@@ -150,6 +176,7 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
             "Commands: /help, /status, /clear. End with Ctrl-D."
         )
         await console.start(bridge.handle)
+        await bridge.recover()
         try:
             await console.wait_closed()
         finally:
@@ -188,6 +215,7 @@ async def run(settings: Settings, path: Path | None = None) -> int:
                 await adapter.start(bridge.handle)
                 started.append(adapter)
             logging.getLogger("bridge").info("running: %s", ", ".join(names))
+            await bridge.recover()
             await stop.wait()
         finally:
             # Stop listening first, so nothing new arrives while the runs in flight are wound down.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -19,6 +20,21 @@ class Route:
     chat_id: str
     thread_id: str | None = None
     reply_to: str | None = None
+
+    def to_json(self) -> str:
+        """The chat (not the message replied to), as stored in a session's last_route."""
+        return json.dumps({"surface": self.surface, "chat_id": self.chat_id, "thread_id": self.thread_id})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Route | None:
+        """A stored last_route back as a Route; None when there is none or it is unreadable."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            return cls(str(data["surface"]), str(data["chat_id"]), data.get("thread_id"))
+        except (ValueError, KeyError, TypeError):
+            return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.corruption import damage
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.scripted_model import HistoryTrustingModel
 from tests.processes import start_bridge
@@ -271,3 +272,35 @@ async def test_chat_without_a_model_says_to_set_base_url(tmp_path: Path) -> None
     assert done.code != 0
     assert "[llm] base_url" in done.stderr
     assert_no_traceback(done)
+
+
+async def test_backup_copies_the_database_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    async with FakeOpenAI(HistoryTrustingModel()) as fake:
+        config = write_config(tmp_path, fake.base_url)
+        done = await bridge("chat", "--config", str(config), cwd=tmp_path, lines=("hello",))
+    assert done.code == 0, done.output
+    target = tmp_path / "backups" / "bridge-copy.db"
+    done = await bridge("backup", str(target), "--config", str(config), cwd=tmp_path)
+    assert done.code == 0, done.output
+    assert str(target) in done.stdout
+    with sqlite3.connect(target) as db:
+        contents = [row[0] for row in db.execute("SELECT content FROM messages WHERE kind = 'user'")]
+    assert contents == ["hello"]
+    again = await bridge("backup", str(target), "--config", str(config), cwd=tmp_path)
+    assert again.code != 0 and "already exists" in again.stderr
+    assert_no_traceback(again)
+
+
+async def test_a_damaged_database_stops_the_bot_with_a_clear_message(tmp_path: Path) -> None:
+    async with FakeOpenAI(HistoryTrustingModel()) as fake:
+        config = write_config(tmp_path, fake.base_url)
+        lines = tuple(f"message {i} " + "x" * 300 for i in range(150))
+        done = await bridge("chat", "--config", str(config), cwd=tmp_path, lines=lines)
+        assert done.code == 0, done.output
+        db = tmp_path / "state" / "bridge.db"
+        before = damage(db)
+        done = await bridge("chat", "--config", str(config), cwd=tmp_path, lines=("hello",))
+    assert done.code == 1
+    assert "is damaged and was left untouched" in done.stderr
+    assert_no_traceback(done)
+    assert db.read_bytes() == before

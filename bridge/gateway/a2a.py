@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 from dataclasses import dataclass
@@ -151,7 +150,7 @@ class AgentToAgent:
         if result is None or result.status != "ok" or result.reply.strip() == ANNOUNCE_SKIP:
             return
         session = await self.store.active_session(target.key)
-        route = _route(session.last_route if session else target.last_route)
+        route = Route.from_json(session.last_route if session else target.last_route)
         if route is None:
             log.info("announce of %s has no chat to go to (session %s)", exchange.id, target.key)
             return
@@ -194,13 +193,3 @@ class AgentToAgent:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-def _route(last_route: str | None) -> Route | None:
-    if not last_route:
-        return None
-    try:
-        data = json.loads(last_route)
-        return Route(data["surface"], data["chat_id"], data.get("thread_id"))
-    except (ValueError, KeyError, TypeError):
-        return None

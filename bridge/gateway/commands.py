@@ -1,4 +1,4 @@
-"""Chat commands: /clear, /new, /status, /stop, /send, /help."""
+"""Chat commands: /clear, /new, /status, /stop, /send, /help (/retry runs in the dispatcher)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "Same as /clear"),
     ("status", "Show this session: id, loaded tool groups, message count"),
     ("stop", "Stop the answer in progress"),
+    ("retry", "Answer your last message again (after an error or an interrupted answer)"),
     ("send", "Owners: let the bot speak here (on), keep it silent (off), or follow the config (inherit)"),
     ("help", "List the commands"),
 )

@@ -6,13 +6,15 @@ import asyncio
 import logging
 
 from bridge.agent.runner import AgentRunner
-from bridge.events import Inbound, Outbound
+from bridge.events import Inbound, Outbound, Route
 from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate
 from bridge.sessions.service import SessionService
+from bridge.store.base import RunRow
+from bridge.tools.base import AGENT_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ class Dispatcher:
         key = self.sessions.key_for(inbound)
         owner = self.sessions.is_owner(inbound)
         command = parse_command(inbound.text)
+        if command is not None and command.name == "retry" and verdict is Verdict.ALLOW:
+            return await self._retry(inbound, key, owner)
         if command is not None and owner:
             # An owner's command is answered whatever the send policy says: it is how they change it.
             answer = await self.commands.handle(command, key, surface=inbound.surface, is_owner=True)
@@ -86,6 +90,42 @@ class Dispatcher:
             log.info("dropping redelivered message %s", inbound.platform_msg_id)
             return None
         return self.lanes.schedule(key, lambda: self._run(key, inbound))
+
+    async def _retry(self, inbound: Inbound, key: str, owner: bool) -> asyncio.Future[None] | None:
+        """/retry: answer the session's last message again, e.g. after an interrupted run."""
+        if not owner and not (await self.gate.decide(key, inbound.surface)).processes:
+            return None
+        session = await self.sessions.active(inbound)
+        last = await self.sessions.store.history(session.id, 1, chat_only=True)
+        if not last or last[-1].kind != "user":
+            await self._notice(inbound, key, "Nothing to retry: your last message has its answer.")
+            return None
+        if self.lanes.busy(key):
+            await self._notice(
+                inbound, key, "I am still answering; /stop first if you want me to start over."
+            )
+            return None
+        return self.lanes.schedule(key, lambda: self._run(key, inbound))
+
+    async def tell_interrupted(self, run: RunRow) -> None:
+        """Tell the chat of a run a crash cut short that its message is safe and can be retried."""
+        session = await self.sessions.store.get_session(run.session_id)
+        route = Route.from_json(session.last_route) if session else None
+        if session is None or not session.active or route is None or run.channel == AGENT_CHANNEL:
+            return
+        rows = await self.sessions.store.history(session.id, 50, chat_only=True)
+        asked = next((r.content for r in reversed(rows) if r.id == run.input_upto), None)
+        quoted = f" (“{asked[:80]}{'…' if len(asked) > 80 else ''}”)" if asked else ""
+        await self.delivery.send(
+            Outbound(
+                route,
+                "notice",
+                f"⚠️ I was interrupted (Bridge restarted) while answering your message{quoted}. "
+                "It is saved: send /retry and I will answer it, or just write again.",
+                session_key=session.key,
+                dedupe_key=f"interrupted:{run.id}",
+            )
+        )
 
     async def _notice(self, inbound: Inbound, key: str, text: str) -> None:
         await self.delivery.send(Outbound(inbound.route, "notice", text, session_key=key))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 from bridge.events import Inbound
@@ -31,14 +30,11 @@ class SessionService:
         return str(keys.channel(inbound.surface, inbound.chat_id))
 
     async def active(self, inbound: Inbound) -> SessionRow:
-        route = inbound.route
         meta = SessionMeta(
             surface=inbound.surface,
             chat_type=inbound.chat_type,
             display_name=inbound.chat_title or inbound.sender_name,
-            last_route=json.dumps(
-                {"surface": route.surface, "chat_id": route.chat_id, "thread_id": route.thread_id}
-            ),
+            last_route=inbound.route.to_json(),
             parent_id=inbound.parent_id,
         )
         return await self.store.ensure_active_session(self.key_for(inbound), meta)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
 
@@ -95,6 +96,8 @@ class RunRow:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    # The newest user message the run answered.
+    input_upto: int | None = None
 
 
 OutboxState = Literal["pending", "sent", "suppressed", "failed"]
@@ -191,6 +194,8 @@ class Store(Protocol):
         error: str | None = None,
     ) -> None: ...
     async def get_run(self, run_id: str) -> RunRow | None: ...
+    async def abort_interrupted_runs(self) -> list[RunRow]: ...
+    async def backup(self, target: Path) -> None: ...
 
     # outbox
     async def add_outbox(self, item: OutboxItem) -> int | None:

@@ -39,7 +39,7 @@ _MESSAGE_COLS = (
 )
 _RUN_COLS = (
     "id, session_id, status, started_at, channel, input_hash, ended_at, iterations, prompt_tokens, "
-    "completion_tokens, error"
+    "completion_tokens, error, input_upto"
 )
 
 
@@ -75,6 +75,7 @@ class SQLiteStore:
         try:
             # Refuse a newer schema before touching the file (journal_mode would rewrite its header).
             await self._check_version()
+            await self._check_integrity()
             await db.execute("PRAGMA journal_mode = WAL")
             await db.execute("PRAGMA foreign_keys = ON")
             # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last commit.
@@ -108,6 +109,26 @@ class SQLiteStore:
                 f"understands ({SCHEMA_VERSION}); upgrade Bridge or use another [storage] path"
             )
         return version
+
+    async def _check_integrity(self) -> None:
+        """Stop on a damaged file before anything writes to it: it must never be overwritten."""
+        rows = await self._rows("PRAGMA integrity_check(5)")
+        problems = [str(row[0]) for row in rows if row[0] != "ok"]
+        if problems:
+            raise StoreError(
+                f"database {self.path} is damaged and was left untouched (integrity_check: "
+                f"{'; '.join(problems)}). Restore a backup (made with `bridge backup`), or move the "
+                "file away to start with an empty database."
+            )
+
+    async def backup(self, target: Path) -> None:
+        """An online, consistent copy of the whole database (SQLite's backup API) at `target`."""
+        target = Path(target)
+        if target.exists():
+            raise StoreError(f"{target} already exists; choose a new file for the backup")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        async with aiosqlite.connect(target) as copy:
+            await self.db.backup(copy)
 
     async def _migrate(self) -> None:
         version = await self._check_version()
@@ -365,6 +386,18 @@ class SQLiteStore:
                 "completion_tokens = ?, error = ? WHERE id = ?",
                 (status, time.time(), iterations, prompt_tokens, completion_tokens, error, run_id),
             )
+
+    async def abort_interrupted_runs(self) -> list[RunRow]:
+        """Runs a crash left 'running' become 'aborted'; they are returned so their chats can be told."""
+        rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE status = 'running' ORDER BY started_at")
+        if rows:
+            async with self._transaction() as db:
+                await db.execute(
+                    "UPDATE runs SET status = 'aborted', ended_at = ?, "
+                    "error = 'interrupted: Bridge stopped during this run' WHERE status = 'running'",
+                    (time.time(),),
+                )
+        return [RunRow(*row) for row in rows]
 
     async def get_run(self, run_id: str) -> RunRow | None:
         rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,))

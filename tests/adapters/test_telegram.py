@@ -42,7 +42,15 @@ async def test_commands_are_registered_and_typing_is_shown(
     async with rig(fake_llm) as r:
         tg.dm(OWNER, "hi")
         await r.sent_to(OWNER, 1)
-    assert [c["command"] for c in tg.commands[-1]] == ["clear", "new", "status", "stop", "send", "help"]
+    assert [c["command"] for c in tg.commands[-1]] == [
+        "clear",
+        "new",
+        "status",
+        "stop",
+        "retry",
+        "send",
+        "help",
+    ]
     assert any(a["chat_id"] == OWNER and a["action"] == "typing" for a in tg.chat_actions)
 
 

@@ -14,6 +14,7 @@ from bridge.store import sqlite as sqlite_module
 from bridge.store.base import OutboxItem, SessionMeta, SessionRow, StoreError, ToolExchange
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.sqlite import SQLiteStore, dumps
+from tests.corruption import damage
 
 
 def names_in(folder: Path) -> list[str]:
@@ -659,3 +660,59 @@ async def test_a_write_cancelled_mid_transaction_leaves_the_connection_usable(st
             await task
         # Every cancellation point, BEGIN included: the next transaction must still start.
         assert await store.add_user_message(session.id, "after") is not None
+
+
+# -- crash recovery, integrity, backup -------------------------------------------------------
+
+
+async def test_runs_left_running_by_a_crash_are_aborted_once(store: SQLiteStore) -> None:
+    session = await store.ensure_active_session("main")
+    upto = await store.add_user_message(session.id, "question")
+    await store.start_run("crashed", session.id, "telegram", "h", upto)
+    await store.start_run("done", session.id, "telegram", "h", upto)
+    await store.finish_run("done", "ok")
+    aborted = await store.abort_interrupted_runs()
+    assert [(r.id, r.input_upto) for r in aborted] == [("crashed", upto)]
+    run = await store.get_run("crashed")
+    assert run is not None and run.status == "aborted" and run.ended_at is not None
+    assert await store.abort_interrupted_runs() == []
+
+
+def read_bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+async def test_a_damaged_database_is_refused_and_left_byte_for_byte(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    await store.open()
+    session = await store.ensure_active_session("main")
+    for i in range(400):
+        await store.add_user_message(session.id, f"message {i} " + "x" * 200)
+    await store.close()
+    before = damage(db_path)
+    damaged = SQLiteStore(db_path)
+    with pytest.raises(StoreError) as info:
+        await damaged.open()
+    assert "is damaged and was left untouched" in str(info.value)
+    assert "bridge backup" in str(info.value)
+    assert read_bytes(db_path) == before
+
+
+async def test_a_backup_is_a_consistent_copy_taken_while_the_store_is_open(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    session = await store.ensure_active_session("main")
+    await store.add_user_message(session.id, "keep me")
+    target = tmp_path / "backups" / "copy.db"
+    await store.backup(target)
+    await store.add_user_message(session.id, "after the backup")
+    copy = SQLiteStore(target)
+    await copy.open()
+    try:
+        restored = await copy.active_session("main")
+        assert restored is not None
+        assert [r.content for r in await copy.history(restored.id, 10)] == ["keep me"]
+    finally:
+        await copy.close()
+    with pytest.raises(StoreError, match="already exists"):
+        await store.backup(target)

@@ -1,0 +1,108 @@
+"""kill -9 of `bridge run` mid-run, then a restart: nothing the user wrote is lost, the chat is told."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters.conftest import OWNER
+from tests.fakes import openai_server as fake
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.telegram_api import FakeTelegram
+from tests.processes import start_bridge
+
+
+def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI) -> Path:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'owners = ["telegram:{OWNER}"]\n'
+        f'[llm]\nbase_url = "{llm.base_url}"\nmodel = "fake"\nmax_retries = 0\n'
+        f'[storage]\npath = "{tmp_path / "bridge.db"}"\n'
+        f'[telegram]\nenabled = true\ntoken = "{tg.token}"\napi_base = "{tg.api_base}"\npoll_timeout_s = 1\n',
+        encoding="utf-8",
+    )
+    return config
+
+
+class CrashModel:
+    """Calls get_current_time first; then hangs on the request numbered `hang_at` until killed."""
+
+    def __init__(self, hang_at: int) -> None:
+        self.hang_at = hang_at
+        self.calls = 0
+        self.recovered = False
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        self.calls += 1
+        if self.recovered:
+            asked = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
+            return fake.text(f"answer to: {asked}")
+        if self.calls == self.hang_at:
+            await asyncio.Event().wait()  # the process is killed while this request is open
+        return fake.tool_call("get_current_time", {})
+
+
+def db_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as db:
+        return list(db.execute(sql))
+
+
+@pytest.mark.parametrize("hang_at", [1, 2], ids=["before-any-tool", "after-a-tool-ran"])
+async def test_a_kill_mid_run_loses_nothing_and_the_next_start_offers_a_retry(
+    tmp_path: Path, tg: FakeTelegram, hang_at: int
+) -> None:
+    model = CrashModel(hang_at)
+    async with FakeOpenAI(model) as llm:
+        config = config_for(tmp_path, tg, llm)
+        process = await start_bridge(tmp_path, "run", "--config", str(config))
+        try:
+            tg.dm(OWNER, "what time is it?")
+            await llm.wait_for_requests(hang_at, timeout=30)
+            process.kill()  # SIGKILL: no cleanup of any kind
+            await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        db = tmp_path / "bridge.db"
+        assert db_rows(db, "SELECT content FROM messages WHERE kind = 'user'") == [("what time is it?",)]
+        assert db_rows(db, "SELECT status FROM runs") == [("running",)]
+        sent_before = len(tg.messages_in(OWNER))
+
+        model.recovered = True
+        process = await start_bridge(tmp_path, "run", "--config", str(config))
+        try:
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) > sent_before, timeout=30)
+            notice = tg.messages_in(OWNER)[sent_before]["text"]
+            assert "interrupted" in notice and "what time is it?" in notice and "/retry" in notice
+            tg.dm(OWNER, "/retry")
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) > sent_before + 1, timeout=30)
+            tg.dm(OWNER, "and now?")
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) > sent_before + 2, timeout=30)
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 10)
+        finally:
+            if process.returncode is None:
+                process.kill()
+    texts = [m["text"] for m in tg.messages_in(OWNER)[sent_before:]]
+    assert texts[1:] == ["answer to: what time is it?", "answer to: and now?"]
+    statuses = [row[0] for row in db_rows(db, "SELECT status FROM runs ORDER BY started_at")]
+    assert statuses == ["aborted", "ok", "ok"]
+    # Every tool call in history has its result: the crash could not split an exchange.
+    orphans = db_rows(
+        db,
+        "SELECT c.tool_call_id FROM messages c WHERE c.kind = 'tool_call' AND NOT EXISTS "
+        "(SELECT 1 FROM messages r WHERE r.kind = 'tool_result' AND r.tool_call_id = c.tool_call_id)",
+    )
+    assert orphans == []
+    # Stored once each: the interrupted question is answered from history, not asked again.
+    assert db_rows(db, "SELECT content FROM messages WHERE kind = 'user' ORDER BY id") == [
+        ("what time is it?",),
+        ("and now?",),
+    ]
+    # The interrupted notice went out once, and nothing was sent twice.
+    sent = db_rows(db, "SELECT dedupe_key FROM outbox WHERE dedupe_key IS NOT NULL")
+    assert len(sent) == len(set(sent))

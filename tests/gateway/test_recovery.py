@@ -1,0 +1,63 @@
+"""After a crash: interrupted runs are closed, their chats told once, and /retry answers the message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.fakes import openai_server as fake
+from tests.fakes.openai_server import FakeOpenAI
+from tests.harness import OWNER, running_bridge
+
+
+async def crash_mid_run(tmp_path: Path, fake_llm: FakeOpenAI, text: str) -> None:
+    """Leave the store as a kill -9 during a run would: the message stored, the run 'running'."""
+    async with running_bridge(tmp_path, fake_llm) as h:
+        session = await h.bridge.sessions.active(h.inbound(text))
+        upto = await h.bridge.store.add_user_message(session.id, text, sender=f"test:{OWNER}")
+        await h.bridge.store.start_run("crashed-run", session.id, "test", "h", upto)
+
+
+async def test_an_interrupted_run_is_aborted_and_its_chat_told_once(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    await crash_mid_run(tmp_path, fake_llm, "summarise my week")
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.bridge.recover()
+        [notice] = h.sender.of("notice")
+        assert "interrupted" in notice and "“summarise my week”" in notice and "/retry" in notice
+        run = await h.bridge.store.get_run("crashed-run")
+        assert run is not None and run.status == "aborted"
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.bridge.recover()
+        assert h.sender.of("notice") == []
+
+
+async def test_retry_answers_the_interrupted_message(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    await crash_mid_run(tmp_path, fake_llm, "summarise my week")
+    fake_llm.push(fake.text("Your week: busy."))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.bridge.recover()
+        await h.say("/retry")
+        assert h.sender.of("reply") == ["Your week: busy."]
+        user_turns = [m for m in fake_llm.requests[0]["messages"] if m["role"] == "user"]
+        assert [m["content"] for m in user_turns] == ["summarise my week"]
+        await h.say("/retry")
+        assert h.sender.of("notice")[-1] == "Nothing to retry: your last message has its answer."
+        assert len(fake_llm.requests) == 1
+
+
+async def test_retry_after_a_model_error_works_and_history_holds_the_message_once(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.http_error(400, "bad request"), fake.text("second try worked"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("hello")
+        assert h.sender.of("reply")[0].startswith("⚠️")
+        await h.say("/retry")
+        assert h.sender.of("reply")[-1] == "second try worked"
+        session = await h.bridge.store.active_session("main")
+        assert session is not None
+        rows = await h.bridge.store.history(session.id, 10)
+        assert [(r.kind, r.content) for r in rows] == [("user", "hello"), ("assistant", "second try worked")]
+        assert json.dumps(fake_llm.requests[1]["messages"]).count("hello") == 1
