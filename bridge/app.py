@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from importlib.metadata import entry_points
@@ -60,7 +61,7 @@ class Bridge:
         owners = frozenset([*settings.owners, *extra_owners])
         self.sessions = SessionService(self.store, owners)
         self.access = AccessPolicy.from_settings(settings, owners)
-        self.lanes = Lanes(settings.agent.max_concurrent_runs)
+        self.lanes = Lanes(settings.runs.max_concurrent_runs)
         self.policy = SendPolicy(settings.session.send_policy)
         self.gate = PolicyGate(self.policy, self.store)
         self.delivery = Delivery(self.gate, self.store)
@@ -69,7 +70,14 @@ class Bridge:
         self.runner.messenger = self.a2a
         self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry, self.gate)
         self.dispatcher = Dispatcher(
-            self.sessions, self.runner, self.delivery, self.lanes, self.commands, self.access, self.gate
+            self.sessions,
+            self.runner,
+            self.delivery,
+            self.lanes,
+            self.commands,
+            self.access,
+            self.gate,
+            settings.runs,
         )
 
     def apply_live_settings(self, settings: Settings) -> None:
@@ -98,6 +106,21 @@ class Bridge:
         interrupted, self.interrupted = self.interrupted, []
         for run in interrupted:
             await self.dispatcher.tell_interrupted(run)
+
+    async def shutdown(self) -> None:
+        """Take no new work; let answers in progress finish for up to [runs] shutdown_grace_s.
+
+        Adapters are still up meanwhile, so those answers are delivered. What is still running
+        after the grace period is stopped by stop(), and its chat told (see Dispatcher._run).
+        """
+        self.dispatcher.closing = True
+        grace = self.settings.runs.shutdown_grace_s
+        try:
+            await asyncio.wait_for(asyncio.gather(self.lanes.idle(), self.a2a.idle()), grace)
+        except TimeoutError:
+            log.warning("shutdown: answers still running after %g s are being stopped", grace)
+        await self.a2a.close()
+        await self.lanes.close()
 
     async def stop(self) -> None:
         """Finish nothing new: cancel runs in flight, then close the model client and the store."""

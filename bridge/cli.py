@@ -220,6 +220,9 @@ async def run(settings: Settings, path: Path | None = None) -> int:
         finally:
             # Stop listening first, so nothing new arrives while the runs in flight are wound down.
             await reloader.stop()
+            # Answers in progress finish (within the grace period) while the adapters can still
+            # deliver them; only then do the adapters stop.
+            await bridge.shutdown()
             for adapter in reversed(started):
                 await adapter.stop()
     return 0

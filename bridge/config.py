@@ -83,6 +83,18 @@ class ToolsSettings(_Section):
     disabled: list[str] = Field(default_factory=list)
 
 
+class RunsSettings(_Section):
+    """How turns are scheduled: concurrency, what happens to messages sent while busy, shutdown."""
+
+    max_concurrent_runs: int = Field(8, ge=1, le=1000)
+    # "collect": messages sent during a run are answered together in one follow-up turn;
+    # "followup": each gets a turn of its own, in order.
+    queue_mode: Literal["followup", "collect"] = "collect"
+    # Messages one chat may have waiting; past it, a message is refused with a notice (not stored).
+    max_queued: int = Field(20, ge=1, le=1000)
+    shutdown_grace_s: float = Field(8.0, ge=0, le=600)
+
+
 class AgentSettings(_Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_iterations: int = Field(12, ge=1, le=200)
@@ -94,7 +106,13 @@ class AgentSettings(_Section):
     run_timeout_s: float = Field(300.0, gt=0)
     memory_limit: int = Field(20, ge=0, le=500)
     timezone: str = "UTC"
-    max_concurrent_runs: int = Field(8, ge=1, le=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "max_concurrent_runs" in data:
+            raise ValueError("max_concurrent_runs has moved to [runs] max_concurrent_runs")
+        return data
 
     @field_validator("timezone")
     @classmethod
@@ -231,6 +249,7 @@ class Settings(BaseSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    runs: RunsSettings = Field(default_factory=RunsSettings)
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     session: SessionSettings = Field(default_factory=SessionSettings)

@@ -464,3 +464,13 @@ def test_render_round_trips_send_policy_rules(tmp_path: Path) -> None:
     rendered = render_settings(original)
     assert "[session.send_policy]" in rendered and "\n[session]\n" not in rendered
     assert load_settings(write(tmp_path / "rendered.toml", rendered)) == original
+
+
+def test_the_old_agent_max_concurrent_runs_key_says_where_it_went(tmp_path: Path) -> None:
+    error = config_error(write(tmp_path / "c.toml", "[agent]\nmax_concurrent_runs = 4\n"))
+    assert "moved to [runs] max_concurrent_runs" in error
+
+
+def test_runs_settings_are_checked(tmp_path: Path) -> None:
+    error = config_error(write(tmp_path / "c.toml", '[runs]\nqueue_mode = "later"\nmax_queued = 0\n'))
+    assert "runs.queue_mode" in error and "runs.max_queued" in error

@@ -131,11 +131,15 @@ class AgentRunner:
         channel: str | None = None,
         observer: RunObserver | None = None,
         run_id: str | None = None,
+        upto: int | None = None,
     ) -> RunResult:
         observer = observer or NullObserver()
         agent = self.settings.agent
         run_id = run_id or secrets.token_hex(8)
         rows = await self.store.history(session.id, agent.history_limit)
+        if upto is not None:
+            # A turn of its own for one message (queue_mode = "followup"): later ones wait their turn.
+            rows = [r for r in rows if r.kind != "user" or r.id <= upto]
         last_user = next((r for r in reversed(rows) if r.kind == "user"), None)
         await self.store.start_run(
             run_id,

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from bridge.agent.runner import AgentRunner
+from bridge.config import RunsSettings
 from bridge.events import Inbound, Outbound, Route
 from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
@@ -35,7 +36,11 @@ class Dispatcher:
         commands: Commands,
         access: AccessPolicy,
         gate: PolicyGate,
+        runs: RunsSettings,
     ) -> None:
+        self.runs = runs
+        # Set at shutdown: answers in progress finish, new messages are turned away with a notice.
+        self.closing = False
         self.access = access
         self.gate = gate
         self.sessions = sessions
@@ -80,6 +85,22 @@ class Dispatcher:
             return None
         if not inbound.text.strip():
             return None
+        if self.closing:
+            await self._notice(
+                inbound,
+                key,
+                "Bridge is restarting and not taking new messages. Please send it again in a minute.",
+            )
+            return None
+        if self.lanes.queued(key) >= self.runs.max_queued:
+            # Refused before it is stored, and said so: nothing is dropped silently.
+            await self._notice(
+                inbound,
+                key,
+                f"⚠️ {self.runs.max_queued} messages are already waiting for an answer here, so I did not "
+                "take this one. Please send it again once I have caught up.",
+            )
+            return None
         session = await self.sessions.active(inbound)
         # Stored before any work begins: whatever happens next, the user's words are kept. In a
         # denied session too: shadow mode reads and answers, it only does not speak.
@@ -89,6 +110,8 @@ class Dispatcher:
         if stored is None:
             log.info("dropping redelivered message %s", inbound.platform_msg_id)
             return None
+        if self.runs.queue_mode == "followup":
+            return self.lanes.schedule(key, lambda: self._run(key, inbound, upto=stored), merge=False)
         return self.lanes.schedule(key, lambda: self._run(key, inbound))
 
     async def _retry(self, inbound: Inbound, key: str, owner: bool) -> asyncio.Future[None] | None:
@@ -130,18 +153,26 @@ class Dispatcher:
     async def _notice(self, inbound: Inbound, key: str, text: str) -> None:
         await self.delivery.send(Outbound(inbound.route, "notice", text, session_key=key))
 
-    async def _run(self, key: str, inbound: Inbound) -> None:
+    async def _run(self, key: str, inbound: Inbound, upto: int | None = None) -> None:
         # Read the active session now, not when the message came: /clear may have replaced it.
         session = await self.sessions.active_for_key(key)
         route = inbound.route
         async with self.delivery.typing(route, key):
             reporter = self.delivery.activity(route, session_key=key)
             try:
-                result = await self.runner.run(
-                    session,
-                    channel=inbound.surface,
-                    observer=reporter,
-                )
+                result = await self.runner.run(session, channel=inbound.surface, observer=reporter, upto=upto)
+            except asyncio.CancelledError:
+                if self.closing:
+                    # Stopped by the shutdown's grace period running out: say so, the message is kept.
+                    await asyncio.shield(
+                        self._notice(
+                            inbound,
+                            key,
+                            "⚠️ Bridge is shutting down and had to stop this answer. Your message is "
+                            "saved: send /retry once I am back.",
+                        )
+                    )
+                raise
             except Exception as exc:
                 await reporter.close()
                 log.exception("run for %s failed", key)

@@ -46,6 +46,11 @@ class Lanes:
         lane = self._lanes.get(key)
         return lane is not None and lane.current is not None and not lane.current.done()
 
+    def queued(self, key: str) -> int:
+        """Messages of the key waiting for a run (the running one not counted)."""
+        lane = self._lanes.get(key)
+        return sum(len(entry.waiters) for entry in lane.queue) if lane else 0
+
     def schedule(self, key: str, job: Job, *, merge: bool = True) -> asyncio.Future[None]:
         """Run `job` in the key's lane (after the work queued before it); the future resolves when
         it is done, or when /clear or /stop drops it."""

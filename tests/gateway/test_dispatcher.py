@@ -200,3 +200,41 @@ async def test_new_is_an_alias_of_clear(tmp_path: Path, fake_llm: FakeOpenAI) ->
         "search_history",
         "save_memory",
     ]
+
+
+async def test_followup_mode_gives_each_queued_message_its_own_turn_in_order(tmp_path: Path) -> None:
+    model = GatedModel()
+    async with FakeOpenAI(model) as llm, running_bridge(tmp_path, llm, runs={"queue_mode": "followup"}) as h:
+        first = await h.bridge.handle(h.inbound("a:1"))
+        assert await asyncio.wait_for(model.arrived.get(), 5) == "a:1"
+        later = [await h.bridge.handle(h.inbound(f"a:{n}")) for n in (2, 3)]
+        for n in (1, 2, 3):
+            model.gate(f"a:{n}").set()
+        await asyncio.wait_for(asyncio.gather(first, *later), 10)
+    # Each turn saw the messages before it, answered, and nothing after it.
+    lasts = [r["messages"][-1]["content"] for r in llm.requests]
+    assert lasts == ["a:1", "a:2", "a:3"]
+    second_turn = [m["content"] for m in llm.requests[1]["messages"][1:]]
+    assert second_turn == ["a:1", "answer to a:1", "a:2"]
+    assert h.sender.of("reply") == ["answer to a:1", "answer to a:2", "answer to a:3"]
+    assert model.max_in_flight["a"] == 1
+
+
+async def test_a_full_queue_refuses_a_message_with_a_notice_and_does_not_store_it(tmp_path: Path) -> None:
+    model = GatedModel()
+    async with FakeOpenAI(model) as llm, running_bridge(tmp_path, llm, runs={"max_queued": 2}) as h:
+        first = await h.bridge.handle(h.inbound("a:1"))
+        await asyncio.wait_for(model.arrived.get(), 5)
+        queued = [await h.bridge.handle(h.inbound(f"a:{n}")) for n in (2, 3)]
+        assert await h.bridge.handle(h.inbound("a:4")) is None
+        assert h.sender.of("notice") == [
+            "⚠️ 2 messages are already waiting for an answer here, so I did not take this one. "
+            "Please send it again once I have caught up."
+        ]
+        model.gate("a:1").set()
+        model.gate("a:3").set()
+        await asyncio.wait_for(asyncio.gather(first, *queued), 10)
+        session = await h.bridge.store.active_session("main")
+        assert session is not None
+        stored = [r.content for r in await h.bridge.store.history(session.id, 20) if r.kind == "user"]
+    assert stored == ["a:1", "a:2", "a:3"]

@@ -1,0 +1,76 @@
+"""SIGTERM during a run: the answer finishes within the grace period, or is stopped and the chat told."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from tests.adapters.conftest import OWNER
+from tests.fakes import openai_server as fake
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.telegram_api import FakeTelegram
+from tests.processes import start_bridge
+
+
+def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, grace_s: float) -> Path:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'owners = ["telegram:{OWNER}"]\n'
+        f'[llm]\nbase_url = "{llm.base_url}"\nmodel = "fake"\nmax_retries = 0\n'
+        f'[storage]\npath = "{tmp_path / "bridge.db"}"\n'
+        f"[runs]\nshutdown_grace_s = {grace_s}\n"
+        f'[telegram]\nenabled = true\ntoken = "{tg.token}"\napi_base = "{tg.api_base}"\npoll_timeout_s = 1\n',
+        encoding="utf-8",
+    )
+    return config
+
+
+class SlowModel:
+    """Answers after `delay_s`, so a SIGTERM can arrive while the request is open."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        await asyncio.sleep(self.delay_s)
+        return fake.text("finished in time")
+
+
+async def sigterm_during_run(tmp_path: Path, tg: FakeTelegram, delay_s: float, grace_s: float) -> float:
+    async with FakeOpenAI(SlowModel(delay_s)) as llm:
+        process = await start_bridge(tmp_path, "run", "--config", str(config_for(tmp_path, tg, llm, grace_s)))
+        try:
+            tg.dm(OWNER, "a slow question")
+            await llm.wait_for_requests(1, timeout=30)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(process.wait(), grace_s + 10)
+            return loop.time() - started
+        finally:
+            if process.returncode is None:
+                process.kill()
+
+
+async def test_a_run_in_progress_finishes_and_is_delivered_after_sigterm(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    await sigterm_during_run(tmp_path, tg, delay_s=1.0, grace_s=10)
+    assert [m["text"] for m in tg.messages_in(OWNER)] == ["finished in time"]
+    with sqlite3.connect(tmp_path / "bridge.db") as db:
+        assert list(db.execute("SELECT status FROM runs")) == [("ok",)]
+
+
+async def test_a_run_past_the_grace_period_is_stopped_and_the_chat_told(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    elapsed = await sigterm_during_run(tmp_path, tg, delay_s=60, grace_s=0.5)
+    assert elapsed < 8
+    [notice] = [m["text"] for m in tg.messages_in(OWNER)]
+    assert "shutting down" in notice and "/retry" in notice
+    with sqlite3.connect(tmp_path / "bridge.db") as db:
+        assert list(db.execute("SELECT status FROM runs")) == [("cancelled",)]
+        assert list(db.execute("SELECT content FROM messages WHERE kind = 'user'")) == [("a slow question",)]
