@@ -96,6 +96,8 @@ class Bridge:
         try:
             # Runs a crash cut short: closed now, their chats told once the adapters are up (recover()).
             self.interrupted = await self.store.abort_interrupted_runs()
+            if self.settings.runs.keep_traces:
+                await self.store.prune_traces(self.settings.runs.keep_traces)
         except BaseException:
             # An open connection's thread would keep the process alive after the error.
             await self.store.close()

@@ -1,12 +1,14 @@
-"""The `bridge` command: run, chat, check-config, policy explain, backup."""
+"""The `bridge` command: run, chat, check-config, policy explain, backup, runs, trace."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,8 +19,11 @@ from bridge.logs import setup_logging
 from bridge.store.base import StoreError
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from bridge.app import Bridge
     from bridge.reload import ConfigReloader
+    from bridge.store.sqlite import SQLiteStore
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
@@ -43,6 +48,16 @@ def _parser() -> argparse.ArgumentParser:
     backup.add_argument("path", type=Path, metavar="PATH", help="the new backup file (must not exist)")
     backup.add_argument("--config", type=Path, help=config_help)
 
+    trace = sub.add_parser("trace", help="print what one run sent to the model and which tools it ran")
+    trace.add_argument("run_id", metavar="RUN_ID")
+    trace.add_argument("--json", action="store_true", help="print the stored JSON as it is")
+    trace.add_argument("--config", type=Path, help=config_help)
+
+    runs = sub.add_parser("runs", help="list recent runs, newest first")
+    runs.add_argument("--session", metavar="KEY", help="only runs of this session key, e.g. main")
+    runs.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    runs.add_argument("--config", type=Path, help=config_help)
+
     policy = sub.add_parser("policy", help="inspect the send policy")
     policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
     explain = policy_sub.add_parser(
@@ -63,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "check-config":
         return check_config(settings, args.config)
+    if args.command == "trace":
+        return asyncio.run(show_trace(settings, args.run_id, as_json=args.json))
+    if args.command == "runs":
+        return asyncio.run(list_runs(settings, args.session, args.limit))
     if args.command == "backup":
         return asyncio.run(backup_database(settings, args.path))
     if args.command == "policy":
@@ -91,22 +110,73 @@ def check_config(settings: Settings, path: Path | None) -> int:
     return 0
 
 
-async def backup_database(settings: Settings, target: Path) -> int:
-    """`bridge backup PATH`: an online, consistent copy, safe while `bridge run` is writing."""
+@contextlib.asynccontextmanager
+async def _existing_store(settings: Settings) -> AsyncIterator[SQLiteStore]:
+    """The bot's database for a read-only command; StoreError when there is none (none is created)."""
     from bridge.store.sqlite import SQLiteStore
 
     if not settings.storage.path.is_file():
-        print(f"bridge: no database at {settings.storage.path} to back up", file=sys.stderr)
-        return EXIT_RUNTIME
+        raise StoreError(f"no database at {settings.storage.path}")
     store = SQLiteStore(settings.storage.path)
+    await store.open()
     try:
-        await store.open()
-        await store.backup(target)
+        yield store
+    finally:
+        await store.close()
+
+
+async def show_trace(settings: Settings, run_id: str, *, as_json: bool) -> int:
+    """`bridge trace RUN_ID`: the run's stored trace, readable or as JSON."""
+    from bridge.agent.trace import format_trace
+
+    try:
+        async with _existing_store(settings) as store:
+            run = await store.get_run(run_id)
+            text = await store.get_trace(run_id) if run else None
+    except StoreError as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    if run is None:
+        print(f"bridge: no run with id {run_id!r}; `bridge runs` lists them", file=sys.stderr)
+        return EXIT_RUNTIME
+    if text is None:
+        print(
+            f"bridge: run {run_id} has no trace (pruned past [runs] keep_traces, or traces are off)",
+            file=sys.stderr,
+        )
+        return EXIT_RUNTIME
+    print(text if as_json else format_trace(text))
+    return 0
+
+
+async def list_runs(settings: Settings, session_key: str | None, limit: int) -> int:
+    """`bridge runs`: newest first, one line each."""
+    try:
+        async with _existing_store(settings) as store:
+            runs = await store.list_runs(session_key=session_key, limit=max(1, limit))
+    except StoreError as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    row = "{:<16}  {:<19}  {:<9}  {:>5}  {:>7}  {:>6}  {}"
+    print(row.format("run id", "started (UTC)", "status", "steps", "tokens", "secs", "session"))
+    for run, key in runs:
+        started = datetime.fromtimestamp(run.started_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        seconds = f"{run.ended_at - run.started_at:.1f}" if run.ended_at else "-"
+        tokens = run.prompt_tokens + run.completion_tokens
+        print(row.format(run.id, started, run.status, run.iterations, tokens, seconds, key))
+    if not runs:
+        print("(no runs)")
+    return 0
+
+
+async def backup_database(settings: Settings, target: Path) -> int:
+    """`bridge backup PATH`: an online, consistent copy, safe while `bridge run` is writing."""
+    try:
+        async with _existing_store(settings) as store:
+            await store.backup(target)
     except StoreError as exc:
         print(f"bridge: backup failed: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
-    finally:
-        await store.close()
     print(f"backed up {settings.storage.path} to {target}")
     return 0
 
@@ -115,7 +185,6 @@ async def explain_policy(settings: Settings, key: str, surface: str | None) -> i
     """`bridge policy explain KEY`: each rule, whether it matches, and what decides."""
     from bridge.gateway.policy import Place, SendPolicy
     from bridge.sessions.keys import SessionKeyError, parse
-    from bridge.store.sqlite import SQLiteStore
 
     try:
         parse(key)
@@ -125,15 +194,12 @@ async def explain_policy(settings: Settings, key: str, surface: str | None) -> i
     session = None
     # Read the /send override from the bot's database, without creating one where there is none.
     if settings.storage.path.is_file():
-        store = SQLiteStore(settings.storage.path)
         try:
-            await store.open()
-            session = await store.active_session(key)
+            async with _existing_store(settings) as store:
+                session = await store.active_session(key)
         except StoreError as exc:
             print(f"bridge: storage error: {exc}", file=sys.stderr)
             return EXIT_RUNTIME
-        finally:
-            await store.close()
     surface = surface or (session.surface if session else None)
     place = Place.of(key, surface)
     for line in SendPolicy(settings.session.send_policy).explain(

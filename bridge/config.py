@@ -93,6 +93,9 @@ class RunsSettings(_Section):
     # Messages one chat may have waiting; past it, a message is refused with a notice (not stored).
     max_queued: int = Field(20, ge=1, le=1000)
     shutdown_grace_s: float = Field(8.0, ge=0, le=600)
+    # Runs whose traces (model requests, tool calls, timings) are kept; older ones are pruned and
+    # their run rows stay. 0 records no traces.
+    keep_traces: int = Field(1000, ge=0, le=1_000_000)
 
 
 class AgentSettings(_Section):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from pydantic import BaseModel, SecretStr
 
@@ -50,6 +50,11 @@ class RedactSecrets(logging.Filter):
         if record.exc_text:
             record.exc_text = self._clean(record.exc_text)
         return True
+
+
+def redactor(settings: Settings) -> Callable[[str], str]:
+    """A function that blanks every configured secret in a text (run traces use it)."""
+    return RedactSecrets(secret_values(settings))._clean
 
 
 def setup_logging(settings: Settings) -> None:

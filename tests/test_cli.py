@@ -304,3 +304,33 @@ async def test_a_damaged_database_stops_the_bot_with_a_clear_message(tmp_path: P
     assert "is damaged and was left untouched" in done.stderr
     assert_no_traceback(done)
     assert db.read_bytes() == before
+
+
+async def test_runs_lists_runs_and_trace_prints_one(tmp_path: Path) -> None:
+    async with FakeOpenAI(HistoryTrustingModel()) as fake:
+        config = write_config(tmp_path, fake.base_url)
+        done = await bridge("chat", "--config", str(config), cwd=tmp_path, lines=("what time is it", "hello"))
+    assert done.code == 0, done.output
+    listed = await bridge("runs", "--session", "main", "--config", str(config), cwd=tmp_path)
+    assert listed.code == 0, listed.output
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[:2] == ["run", "id"]
+    assert len(rows) == 2 and all(row.split()[3] == "ok" and row.endswith("main") for row in rows)
+    newest_last = rows[-1].split()[0]  # newest first: the last row is the time question
+    shown = await bridge("trace", newest_last, "--config", str(config), cwd=tmp_path)
+    assert shown.code == 0, shown.output
+    assert "tool get_current_time: success" in shown.stdout and "status ok" in shown.stdout
+    raw = await bridge("trace", newest_last, "--json", "--config", str(config), cwd=tmp_path)
+    assert json.loads(raw.stdout)["run_id"] == newest_last
+    missing = await bridge("trace", "nope", "--config", str(config), cwd=tmp_path)
+    assert missing.code == 1 and "no run with id 'nope'" in missing.stderr
+    other = await bridge("runs", "--session", "telegram:dm:1", "--config", str(config), cwd=tmp_path)
+    assert "(no runs)" in other.stdout
+
+
+async def test_runs_without_a_database_says_so_and_creates_none(tmp_path: Path) -> None:
+    config = write_config(tmp_path, None)
+    done = await bridge("runs", "--config", str(config), cwd=tmp_path)
+    assert done.code == 1 and "no database at" in done.stderr
+    assert not (tmp_path / "state").exists()
+    assert_no_traceback(done)

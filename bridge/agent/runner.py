@@ -12,8 +12,10 @@ from typing import Any, Literal, Protocol
 
 from bridge.agent.history import build_messages, truncate
 from bridge.agent.prompt import build_system_prompt
+from bridge.agent.trace import RunTrace
 from bridge.config import Settings
 from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
+from bridge.logs import redactor
 from bridge.store.base import SessionRow, Store, ToolExchange
 from bridge.store.sqlite import dumps
 from bridge.tools.base import SessionMessenger, Tool, ToolContext, ToolResult
@@ -22,6 +24,8 @@ from bridge.tools.registry import ToolRegistry
 log = logging.getLogger(__name__)
 
 FAILURE_BREAKER = 3
+# Old traces are pruned after this many runs (and at start), not after every run.
+PRUNE_EVERY = 100
 RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped"]
 
 
@@ -123,6 +127,8 @@ class AgentRunner:
         self.provider = provider
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
+        self._redact = redactor(settings)
+        self._finished = 0
 
     async def run(
         self,
@@ -141,12 +147,9 @@ class AgentRunner:
             # A turn of its own for one message (queue_mode = "followup"): later ones wait their turn.
             rows = [r for r in rows if r.kind != "user" or r.id <= upto]
         last_user = next((r for r in reversed(rows) if r.kind == "user"), None)
+        input_hash = hashlib.sha256((last_user.content if last_user else "").encode()).hexdigest()
         await self.store.start_run(
-            run_id,
-            session.id,
-            channel,
-            hashlib.sha256((last_user.content if last_user else "").encode()).hexdigest(),
-            last_user.id if last_user else None,
+            run_id, session.id, channel, input_hash, last_user.id if last_user else None
         )
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
@@ -162,7 +165,9 @@ class AgentRunner:
             messenger=self.messenger,
         )
         state = _RunState(
-            run_id=run_id, messages=build_messages(rows, agent.max_tool_result_chars, agent.history_max_chars)
+            run_id=run_id,
+            messages=build_messages(rows, agent.max_tool_result_chars, agent.history_max_chars),
+            trace=RunTrace(run_id, session.id, session.key, channel, input_hash),
         )
         try:
             async with asyncio.timeout(agent.run_timeout_s):
@@ -202,10 +207,9 @@ class AgentRunner:
                 self.settings, self.registry, ctx.session, ctx.loaded_groups, memories
             )
             tools = self.registry.active_tools(ctx.loaded_groups)
-            completion = await self.provider.complete(
-                [ChatMessage("system", system), *state.messages], [t.schema() for t in tools]
+            completion = await self._complete(
+                state, [ChatMessage("system", system), *state.messages], [t.schema() for t in tools]
             )
-            state.add_usage(completion)
             if not completion.tool_calls:
                 reply = completion.content.strip() or "(The model returned an empty answer.)"
                 await asyncio.shield(self.store.add_assistant_message(ctx.session.id, state.run_id, reply))
@@ -217,7 +221,9 @@ class AgentRunner:
                 # The model's text that came with the calls is stored once, on the first call.
                 preamble = completion.content if index == 0 else ""
                 repeat = breaker.is_repeat_of_success(_signature(call))
+                started = RunTrace.clock()
                 result = await self._call(ctx, call, iteration, preamble, repeat, observer)
+                state.trace.tool_call(started, call, result, repeat=repeat)
                 state.messages.append(
                     ChatMessage(
                         "tool",
@@ -244,6 +250,20 @@ class AgentRunner:
         )
         await asyncio.shield(self.store.add_assistant_message(ctx.session.id, state.run_id, reply))
         return RunResult(state.run_id, "stopped", reply, agent.max_iterations)
+
+    async def _complete(
+        self, state: _RunState, messages: list[ChatMessage], tools: list[dict[str, Any]]
+    ) -> Completion:
+        """One model request, recorded in the run's trace whether it succeeds or fails."""
+        started = RunTrace.clock()
+        try:
+            completion = await self.provider.complete(messages, tools)
+        except ProviderError as exc:
+            state.trace.model_call(started, messages, tools, error=exc.message)
+            raise
+        state.trace.model_call(started, messages, tools, completion)
+        state.add_usage(completion)
+        return completion
 
     async def _call(
         self,
@@ -328,6 +348,8 @@ class AgentRunner:
         return RunResult(state.run_id, status, reply, state.iterations)
 
     async def _finish(self, state: _RunState, status: str, error: str | None) -> None:
+        usage = {"prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens}
+        keep = self.settings.runs.keep_traces
         await self.store.finish_run(
             state.run_id,
             status,
@@ -335,13 +357,18 @@ class AgentRunner:
             prompt_tokens=state.prompt_tokens,
             completion_tokens=state.completion_tokens,
             error=error,
+            trace=state.trace.to_json(status, usage, self._redact) if keep else None,
         )
+        self._finished += 1
+        if keep and self._finished % PRUNE_EVERY == 0:
+            await self.store.prune_traces(keep)
 
 
 @dataclass(slots=True)
 class _RunState:
     run_id: str
     messages: list[ChatMessage]
+    trace: RunTrace
     iterations: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -40,6 +40,8 @@ class Completion:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     raw: dict[str, Any] | None = None
+    # The request body that produced this answer, as sent (for run traces).
+    request: dict[str, Any] | None = None
 
 
 class ProviderError(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import uuid
@@ -70,7 +71,7 @@ class OpenAIProvider:
     async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
         body = self._request_body(messages, tools)
         try:
-            return await with_retries(
+            completion = await with_retries(
                 lambda: self._attempt(body),
                 max_retries=self._settings.max_retries,
                 backoff_base=self._backoff_base,
@@ -81,6 +82,7 @@ class OpenAIProvider:
             )
         except _Failed as failure:
             raise self._exhausted(failure) from None
+        return dataclasses.replace(completion, request=body)
 
     async def aclose(self) -> None:
         await self._client.aclose()

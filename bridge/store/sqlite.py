@@ -379,13 +379,38 @@ class SQLiteStore:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
         error: str | None = None,
+        trace: str | None = None,
     ) -> None:
         async with self._transaction() as db:
             await db.execute(
                 "UPDATE runs SET status = ?, ended_at = ?, iterations = ?, prompt_tokens = ?, "
-                "completion_tokens = ?, error = ? WHERE id = ?",
-                (status, time.time(), iterations, prompt_tokens, completion_tokens, error, run_id),
+                "completion_tokens = ?, error = ?, trace = ? WHERE id = ?",
+                (status, time.time(), iterations, prompt_tokens, completion_tokens, error, trace, run_id),
             )
+
+    async def get_trace(self, run_id: str) -> str | None:
+        return await self._scalar("SELECT trace FROM runs WHERE id = ?", (run_id,))
+
+    async def prune_traces(self, keep: int) -> int:
+        """Drop the traces of all but the newest `keep` runs; the run rows stay."""
+        async with self._transaction() as db:
+            cursor = await db.execute(
+                "UPDATE runs SET trace = NULL WHERE trace IS NOT NULL AND id NOT IN "
+                "(SELECT id FROM runs WHERE trace IS NOT NULL ORDER BY started_at DESC LIMIT ?)",
+                (keep,),
+            )
+        return cursor.rowcount
+
+    async def list_runs(self, *, session_key: str | None, limit: int) -> list[tuple[RunRow, str]]:
+        """Newest runs first, each with its session's key."""
+        where, params = ("WHERE s.key = ?", [session_key]) if session_key else ("", [])
+        columns = ", ".join("r." + c.strip() for c in _RUN_COLS.split(","))
+        rows = await self._rows(
+            f"SELECT {columns}, s.key FROM runs r JOIN sessions s ON s.id = r.session_id {where} "
+            "ORDER BY r.started_at DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [(RunRow(*row[:-1]), row[-1]) for row in rows]
 
     async def abort_interrupted_runs(self) -> list[RunRow]:
         """Runs a crash left 'running' become 'aborted'; they are returned so their chats can be told."""

@@ -1,0 +1,131 @@
+"""Run traces: what one run sent to the model, what came back, which tools ran, how long it all took."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bridge.llm.base import ChatMessage, Completion, ToolCall
+from bridge.tools.base import ToolResult
+
+Redact = Callable[[str], str]
+
+
+def _ms(since: float) -> float:
+    return round((time.monotonic() - since) * 1000, 2)
+
+
+class RunTrace:
+    """Collects one run's steps in memory; the runner stores it (redacted JSON) when the run ends."""
+
+    def __init__(
+        self, run_id: str, session_id: str, session_key: str, channel: str | None, input_hash: str
+    ) -> None:
+        self.header: dict[str, Any] = {
+            "run_id": run_id,
+            "session_id": session_id,
+            "session_key": session_key,
+            "channel": channel,
+            "input_hash": input_hash,
+            "started_at": time.time(),
+        }
+        self.steps: list[dict[str, Any]] = []
+        self._started = time.monotonic()
+
+    @staticmethod
+    def clock() -> float:
+        return time.monotonic()
+
+    def model_call(
+        self,
+        started: float,
+        messages: list[ChatMessage],
+        tools: list[dict[str, Any]],
+        completion: Completion | None = None,
+        error: str | None = None,
+        *,
+        final: bool = False,
+    ) -> None:
+        step: dict[str, Any] = {
+            "type": "model",
+            "ms": _ms(started),
+            # The exact body the provider sent when it reports one; else the structured request.
+            "request": (completion.request if completion and completion.request else None)
+            or {"messages": [dataclasses.asdict(m) for m in messages], "tools": tools},
+        }
+        if final:
+            step["final_without_tools"] = True
+        if completion is not None:
+            step["response"] = completion.raw
+            step["content"] = completion.content
+            step["tool_calls"] = [dataclasses.asdict(c) for c in completion.tool_calls]
+            step["usage"] = dataclasses.asdict(completion.usage)
+        if error is not None:
+            step["error"] = error
+        self.steps.append(step)
+
+    def tool_call(self, started: float, call: ToolCall, result: ToolResult, *, repeat: bool) -> None:
+        try:
+            parsed: Any = json.loads(call.arguments or "{}")
+        except ValueError:
+            parsed = None
+        self.steps.append(
+            {
+                "type": "tool",
+                "ms": _ms(started),
+                "call_id": call.id,
+                "name": call.name,
+                "raw_arguments": call.arguments,
+                "parsed_arguments": parsed,
+                "refused_as_repeat": repeat,
+                "status": result.status,
+                "code": result.code,
+                "result": result.content,
+            }
+        )
+
+    def to_json(self, status: str, usage: dict[str, int], redact: Redact) -> str:
+        data = {
+            **self.header,
+            "status": status,
+            "duration_ms": _ms(self._started),
+            "usage": usage,
+            "steps": self.steps,
+        }
+        return redact(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def format_trace(text: str) -> str:
+    """A stored trace as `bridge trace` prints it: a header, then one block per step."""
+    data = json.loads(text)
+    usage = data.get("usage") or {}
+    lines = [
+        f"run {data['run_id']}  session {data.get('session_key')} ({data.get('session_id')})",
+        f"channel {data.get('channel')}  status {data.get('status')}  {data.get('duration_ms')} ms  "
+        f"tokens {usage.get('prompt_tokens', 0)} in / {usage.get('completion_tokens', 0)} out",
+        f"input sha256 {data.get('input_hash')}",
+    ]
+    for number, step in enumerate(data.get("steps", []), 1):
+        if step["type"] == "model":
+            request = step.get("request") or {}
+            tools = [t.get("function", {}).get("name", "?") for t in request.get("tools") or []]
+            final = " (final answer, no tools)" if step.get("final_without_tools") else ""
+            lines.append(
+                f"\n[{number}] model request{final}: {len(request.get('messages', []))} messages, "
+                f"{len(tools)} tools ({', '.join(tools) or 'none'}), {step['ms']} ms"
+            )
+            if "error" in step:
+                lines.append(f"    error: {step['error']}")
+            for call in step.get("tool_calls") or []:
+                lines.append(f"    asked for {call['name']}({call['arguments']})")
+            if step.get("content"):
+                lines.append(f"    text: {step['content']}")
+        else:
+            repeat = " (refused: a repeat)" if step.get("refused_as_repeat") else ""
+            lines.append(f"\n[{number}] tool {step['name']}{repeat}: {step['status']}, {step['ms']} ms")
+            lines.append(f"    raw arguments: {step['raw_arguments']}")
+            lines.append(f"    result: {step['result'][:500]}")
+    return "\n".join(lines)
