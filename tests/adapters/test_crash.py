@@ -13,19 +13,11 @@ from tests.adapters.conftest import OWNER
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import start_bridge
+from tests.processes import start_bridge, telegram_run_config
 
 
 def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI) -> Path:
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'owners = ["telegram:{OWNER}"]\n'
-        f'[llm]\nbase_url = "{llm.base_url}"\nmodel = "fake"\nmax_retries = 0\n'
-        f'[storage]\npath = "{tmp_path / "bridge.db"}"\n'
-        f'[telegram]\nenabled = true\ntoken = "{tg.token}"\napi_base = "{tg.api_base}"\npoll_timeout_s = 1\n',
-        encoding="utf-8",
-    )
-    return config
+    return telegram_run_config(tmp_path, OWNER, tg.token, tg.api_base, llm.base_url)
 
 
 class CrashModel:
