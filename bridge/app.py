@@ -104,7 +104,9 @@ class Bridge:
             raise
 
     async def recover(self) -> None:
-        """Tell each chat whose answer a crash cut short; the message is in history, /retry answers it."""
+        """After a crash: deliver what was left pending, and tell each chat whose answer was cut short."""
+        # First what a crash left unsent (answers come before news of the interruption)...
+        await self.delivery.deliver_pending()
         interrupted, self.interrupted = self.interrupted, []
         for run in interrupted:
             await self.dispatcher.tell_interrupted(run)

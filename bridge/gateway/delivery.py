@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import cast
 
 from bridge.agent.runner import ToolStep
-from bridge.events import Outbound, Route, Sender
+from bridge.events import Outbound, OutboundKind, Route, Sender
 from bridge.gateway.policy import Decision, PolicyGate
 from bridge.store.base import OutboxItem, OutboxState, SessionRow, Store
 
@@ -60,6 +61,39 @@ class Delivery:
         if not decision.speaks:
             log.info("%s for %s suppressed by %s", item.kind, item.session_key, decision.reason)
             return None
+        return await self._hand_over(row_id, item)
+
+    async def deliver_pending(self) -> int:
+        """Send what a crash left `pending`, oldest first (so each chat keeps its order).
+
+        The policy allowed these when they were written. Tool activity of a run that no longer
+        exists would only confuse, so it is marked failed instead of sent. Returns how many went out.
+        """
+        if self.store is None:
+            return 0
+        sent = 0
+        for row in await self.store.outbox(state="pending"):
+            item = row.item
+            if item.kind == "activity":
+                await self._mark(
+                    row.id, "failed", reason="activity of an interrupted run; not sent after restart"
+                )
+                continue
+            route = Route(item.surface, item.chat_id, item.thread_id, item.reply_to)
+            outbound = Outbound(
+                route,
+                cast(OutboundKind, item.kind),
+                item.text,
+                item.run_id,
+                session_key=item.session_key,
+                dedupe_key=item.dedupe_key,
+            )
+            if await self._hand_over(row.id, outbound) is not None:
+                sent += 1
+        return sent
+
+    async def _hand_over(self, row_id: int | None, item: Outbound) -> str | None:
+        """Give a recorded item to its adapter and record the outcome."""
         sender = self._senders.get(item.route.surface)
         if sender is None:
             log.error("no adapter for surface %s; %s not delivered", item.route.surface, item.kind)

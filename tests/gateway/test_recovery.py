@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bridge.store.base import OutboxItem
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
 from tests.harness import OWNER, running_bridge
@@ -61,3 +62,24 @@ async def test_retry_after_a_model_error_works_and_history_holds_the_message_onc
         rows = await h.bridge.store.history(session.id, 10)
         assert [(r.kind, r.content) for r in rows] == [("user", "hello"), ("assistant", "second try worked")]
         assert json.dumps(fake_llm.requests[1]["messages"]).count("hello") == 1
+
+
+async def test_items_a_crash_left_pending_are_delivered_once_after_the_restart(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    async with running_bridge(tmp_path, fake_llm) as h:
+        session = await h.bridge.store.ensure_active_session("main")
+        common = {"surface": "test", "chat_id": OWNER, "session_key": "main", "session_id": session.id}
+        for kind, text in (("reply", "the lost answer"), ("activity", "⚙ old tool …"), ("notice", "later")):
+            await h.bridge.store.add_outbox(OutboxItem(kind=kind, text=text, state="pending", **common))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.bridge.recover()
+        assert [(i.kind, i.text) for i in h.sender.sent] == [
+            ("reply", "the lost answer"),
+            ("notice", "later"),
+        ]
+        states = [(r.item.text, r.item.state) for r in await h.bridge.store.outbox()]
+    assert states == [("the lost answer", "sent"), ("⚙ old tool …", "failed"), ("later", "sent")]
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.bridge.recover()
+        assert h.sender.sent == []
