@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bridge.store import sqlite as sqlite_module
+from bridge.store import connection as sqlite_module
 from bridge.store.base import OutboxItem, SessionMeta, SessionRow, StoreError, ToolExchange
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.sqlite import SQLiteStore, dumps
