@@ -21,11 +21,13 @@ from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.llm.base import Provider
 from bridge.llm.openai import OpenAIProvider
+from bridge.llm.textmode import TextModeProvider
 from bridge.sessions.service import SessionService
 from bridge.store.base import RunRow
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
+from bridge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,17 @@ def load_adapter_class(name: str) -> Any:
         available = ", ".join(sorted(ep.name for ep in entry_points(group=ADAPTER_GROUP))) or "none"
         raise ConfigError(f"no adapter named {name!r} is installed (installed: {available})")
     return next(iter(found)).load()
+
+
+def with_tool_mode(settings: Settings, provider: Provider, registry: ToolRegistry) -> Provider:
+    """The provider as the runner uses it: wrapped in the strict text protocol when tool_mode is text."""
+    if settings.llm.tool_mode == "text":
+        return TextModeProvider(
+            provider,
+            known=lambda name: registry.get(name) is not None,
+            result_role=settings.llm.text_result_role,
+        )
+    return provider
 
 
 class Bridge:
@@ -57,7 +70,7 @@ class Bridge:
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = SQLiteStore(settings.storage.path)
-        self.provider: Provider = provider or OpenAIProvider(settings.llm)
+        self.provider = with_tool_mode(settings, provider or OpenAIProvider(settings.llm), self.registry)
         owners = frozenset([*settings.owners, *extra_owners])
         self.sessions = SessionService(self.store, owners)
         self.access = AccessPolicy.from_settings(settings, owners)

@@ -57,6 +57,11 @@ class LLMSettings(_Section):
     max_retries: int = Field(3, ge=0, le=10)
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, gt=0)
+    # "native": tools go as `tools` and come back as `tool_calls`. "text": for models without native
+    # tool calling, tools are described in the system prompt and one fenced JSON block is a call.
+    tool_mode: Literal["native", "text"] = "native"
+    # The role text-mode tool results go back as; "user" suits chat templates that reject "tool".
+    text_result_role: Literal["tool", "user"] = "tool"
 
     @field_validator("base_url")
     @classmethod

@@ -119,11 +119,17 @@ def make_settings(
 
 @asynccontextmanager
 async def running_bridge(
-    tmp_path: Path, llm: FakeOpenAI, *, extra_groups: tuple[ToolGroup, ...] = (), **sections: dict[str, Any]
+    tmp_path: Path,
+    model: FakeOpenAI,
+    /,
+    *,
+    extra_groups: tuple[ToolGroup, ...] = (),
+    **sections: dict[str, Any],
 ) -> AsyncIterator[Harness]:
-    settings = make_settings(tmp_path, llm.base_url, **sections)
+    """A started Bridge on the fake model; keyword sections (llm=, runs=...) merge into the settings."""
+    settings = make_settings(tmp_path, model.base_url, **sections)
     bridge = Bridge(settings, extra_groups=extra_groups)
     sender = RecordingSender()
     bridge.add_sender(sender)
     async with bridge:
-        yield Harness(bridge, sender, llm)
+        yield Harness(bridge, sender, model)
