@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 FAILURE_BREAKER = 3
 # Old traces are pruned after this many runs (and at start), not after every run.
 PRUNE_EVERY = 100
+RETRY_HINT = "Your message is saved: send /retry to try again."
 RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped"]
 
 
@@ -174,10 +175,12 @@ class AgentRunner:
                 result = await self._loop(ctx, state, observer)
         except TimeoutError:
             result = self._end(
-                state, "timeout", f"⚠️ I ran out of time ({agent.run_timeout_s:g} s) on this request."
+                state,
+                "timeout",
+                f"⚠️ I ran out of time ({agent.run_timeout_s:g} s) on this request. {RETRY_HINT}",
             )
         except ProviderError as exc:
-            result = self._end(state, "error", f"⚠️ {exc.message}")
+            result = self._end(state, "error", f"⚠️ {exc.message} {RETRY_HINT}")
         except asyncio.CancelledError:
             await asyncio.shield(self._finish(state, "cancelled", "cancelled"))
             raise
@@ -186,8 +189,7 @@ class AgentRunner:
             result = self._end(
                 state,
                 "error",
-                f"⚠️ Something went wrong while answering ({type(exc).__name__}). "
-                "Your message is saved; send another message to try again.",
+                f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}",
             )
         result.loaded_groups = set(ctx.loaded_groups)
         await asyncio.shield(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bridge.agent.runner import AgentRunner
+from bridge.agent.runner import RETRY_HINT, AgentRunner
 from bridge.config import RunsSettings
 from bridge.events import Inbound, Outbound, Route
 from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
@@ -179,8 +179,7 @@ class Dispatcher:
                 await self._notice(
                     inbound,
                     key,
-                    f"⚠️ Something went wrong while answering ({type(exc).__name__}). "
-                    "Your message is saved; send another message to try again.",
+                    f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}",
                 )
                 return
             await reporter.close()

@@ -13,6 +13,7 @@ from tests.adapters.conftest import OWNER
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
+from tests.invariants import assert_intact
 from tests.processes import start_bridge, telegram_run_config
 
 
@@ -83,18 +84,41 @@ async def test_a_kill_mid_run_loses_nothing_and_the_next_start_offers_a_retry(
     assert texts[1:] == ["answer to: what time is it?", "answer to: and now?"]
     statuses = [row[0] for row in db_rows(db, "SELECT status FROM runs ORDER BY started_at")]
     assert statuses == ["aborted", "ok", "ok"]
-    # Every tool call in history has its result: the crash could not split an exchange.
-    orphans = db_rows(
-        db,
-        "SELECT c.tool_call_id FROM messages c WHERE c.kind = 'tool_call' AND NOT EXISTS "
-        "(SELECT 1 FROM messages r WHERE r.kind = 'tool_result' AND r.tool_call_id = c.tool_call_id)",
-    )
-    assert orphans == []
-    # Stored once each: the interrupted question is answered from history, not asked again.
-    assert db_rows(db, "SELECT content FROM messages WHERE kind = 'user' ORDER BY id") == [
-        ("what time is it?",),
-        ("and now?",),
-    ]
-    # The interrupted notice went out once, and nothing was sent twice.
-    sent = db_rows(db, "SELECT dedupe_key FROM outbox WHERE dedupe_key IS NOT NULL")
-    assert len(sent) == len(set(sent))
+    # Stored once each (the interrupted question is answered from history, not asked again), no
+    # exchange split by the kill, and the interrupted notice sent once.
+    assert_intact(db, ["what time is it?", "and now?"])
+
+
+async def test_a_kill_while_the_reply_is_being_sent_delivers_it_once_at_the_next_start(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    async with FakeOpenAI() as llm:
+        llm.push(fake.text("the answer"), fake.text("next answer"))
+        config = config_for(tmp_path, tg, llm)
+        tg.fail_next("sendMessage", "hang")
+        process = await start_bridge(tmp_path, "run", "--config", str(config))
+        try:
+            tg.dm(OWNER, "question")
+            await tg.wait_for(lambda: any(c[0] == "sendmessage" for c in tg.calls), timeout=30)
+            process.kill()
+            await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        db = tmp_path / "bridge.db"
+        assert db_rows(db, "SELECT kind, state FROM outbox") == [("reply", "pending")]
+        assert tg.messages_in(OWNER) == []
+
+        process = await start_bridge(tmp_path, "run", "--config", str(config))
+        try:
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 1, timeout=30)
+            tg.dm(OWNER, "and then?")
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 2, timeout=30)
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 10)
+        finally:
+            if process.returncode is None:
+                process.kill()
+    assert [m["text"] for m in tg.messages_in(OWNER)] == ["the answer", "next answer"]
+    assert len(llm.requests) == 2  # the finished run was delivered, not run again
+    assert_intact(db, ["question", "and then?"])

@@ -12,6 +12,7 @@ from tests.adapters.conftest import OWNER
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
+from tests.invariants import assert_intact
 from tests.processes import start_bridge, telegram_run_config
 
 
@@ -55,6 +56,7 @@ async def test_a_run_in_progress_finishes_and_is_delivered_after_sigterm(
     assert [m["text"] for m in tg.messages_in(OWNER)] == ["finished in time"]
     with sqlite3.connect(tmp_path / "bridge.db") as db:
         assert list(db.execute("SELECT status FROM runs")) == [("ok",)]
+    assert_intact(tmp_path / "bridge.db", ["a slow question"])
 
 
 async def test_a_run_past_the_grace_period_is_stopped_and_the_chat_told(
@@ -67,3 +69,23 @@ async def test_a_run_past_the_grace_period_is_stopped_and_the_chat_told(
     with sqlite3.connect(tmp_path / "bridge.db") as db:
         assert list(db.execute("SELECT status FROM runs")) == [("cancelled",)]
         assert list(db.execute("SELECT content FROM messages WHERE kind = 'user'")) == [("a slow question",)]
+
+
+async def test_after_a_sigterm_cut_a_run_short_retry_answers_it_at_the_next_start(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    await sigterm_during_run(tmp_path, tg, delay_s=60, grace_s=0.5)
+    async with FakeOpenAI() as llm:
+        llm.push(fake.text("answered after the restart"))
+        process = await start_bridge(tmp_path, "run", "--config", str(config_for(tmp_path, tg, llm, 5)))
+        try:
+            tg.dm(OWNER, "/retry")
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 2, timeout=30)
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 10)
+        finally:
+            if process.returncode is None:
+                process.kill()
+    assert tg.messages_in(OWNER)[1]["text"] == "answered after the restart"
+    assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["a slow question"]
+    assert_intact(tmp_path / "bridge.db", ["a slow question"])

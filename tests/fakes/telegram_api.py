@@ -18,7 +18,7 @@ from aiohttp import web
 
 from tests.fakes.loopback import LoopbackServer
 
-FaultKind = Literal["429", "502", "drop", "400"]
+FaultKind = Literal["429", "502", "drop", "400", "hang"]
 
 MAX_TEXT_UTF16 = 4096
 NOT_MODIFIED = (
@@ -520,9 +520,10 @@ class FakeTelegram(LoopbackServer):
         """Make the next `times` calls of `method` fail before doing anything.
 
         "429" → flood control with parameters.retry_after; "502" → an HTML Bad Gateway page, as
-        a proxy sends; "drop" → the connection closes with no response; "400" → `description`.
+        a proxy sends; "drop" → the connection closes with no response; "400" → `description`;
+        "hang" → no answer at all until the server stops (a process can be killed mid-send).
         """
-        if kind not in ("429", "502", "drop", "400"):
+        if kind not in ("429", "502", "drop", "400", "hang"):
             raise ValueError(f"unknown fault kind {kind!r}")
         detail = description if kind == "400" else str(retry_after)
         self._faults[method.lower()].extend([(kind, retry_after, detail)] * times)
@@ -554,6 +555,8 @@ class FakeTelegram(LoopbackServer):
                 raise TelegramApiError(404, "Not Found")
             if self._faults[method]:
                 kind, retry_after, detail = self._faults[method].popleft()
+                if kind == "hang":
+                    await asyncio.Event().wait()
                 if kind == "drop":
                     if request.transport is not None:
                         request.transport.close()

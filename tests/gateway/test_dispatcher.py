@@ -9,6 +9,7 @@ from typing import Any
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import running_bridge
+from tests.invariants import assert_intact
 
 
 class GatedModel:
@@ -237,4 +238,9 @@ async def test_a_full_queue_refuses_a_message_with_a_notice_and_does_not_store_i
         session = await h.bridge.store.active_session("main")
         assert session is not None
         stored = [r.content for r in await h.bridge.store.history(session.id, 20) if r.kind == "user"]
-    assert stored == ["a:1", "a:2", "a:3"]
+        assert stored == ["a:1", "a:2", "a:3"]
+        # Once the queue has drained, the next message is taken and answered.
+        model.gate("a:5").set()
+        await h.say("a:5")
+        assert h.sender.of("reply")[-1] == "answer to a:5"
+    assert_intact(tmp_path / "bridge.db", ["a:1", "a:2", "a:3", "a:5"])

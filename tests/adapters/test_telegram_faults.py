@@ -1,0 +1,61 @@
+"""Telegram failing during delivery (429, 502, dropped connections, an outage): no doubles, nothing lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapters.telegram import MAX_ATTEMPTS
+from tests.adapters.conftest import OWNER, RigFactory
+from tests.fakes import openai_server as fake
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_api import FakeTelegram
+from tests.invariants import assert_intact, rows
+
+
+async def test_faults_on_every_delivery_call_of_a_tool_run_end_in_one_activity_and_one_reply(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_llm.push(
+        fake.tool_call("load_tool_group", {"group_name": "sessions"}),
+        fake.tool_call("sessions_list", {}),
+        fake.text("One session."),
+    )
+    async with rig(fake_llm) as r:
+        tg.fail_next("sendMessage", "429", retry_after=2)
+        tg.fail_next("sendMessage", "drop")
+        tg.fail_next("sendMessage", "502")
+        tg.fail_next("editMessageText", "502")
+        tg.fail_next("editMessageText", "429", retry_after=1)
+        tg.dm(OWNER, "my sessions?")
+        activity, reply = await r.sent_to(OWNER, 2)
+        await tg.wait_for(lambda: "sessions_list() ✓" in tg.messages_in(OWNER)[0]["text"], 5)
+    assert activity["text"] == "⚙ load_tool_group(group_name=sessions) ✓\n⚙ sessions_list() ✓"
+    assert reply["text"] == "One session."
+    assert len(tg.messages_in(OWNER)) == 2
+    db = tmp_path / "bridge.db"
+    assert_intact(db, ["my sessions?"])
+    assert rows(db, "SELECT kind, state FROM outbox ORDER BY id") == [("activity", "sent"), ("reply", "sent")]
+
+
+async def test_a_reply_telegram_never_accepts_is_marked_failed_and_the_next_message_works(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_llm.push(fake.text("lost in the outage"), fake.text("second answer"))
+    async with rig(fake_llm) as r:
+        tg.fail_next("sendMessage", "502", times=MAX_ATTEMPTS)
+        tg.dm(OWNER, "first")
+        await tg.wait_for(lambda: len([c for c in tg.calls if c[0] == "sendmessage"]) >= MAX_ATTEMPTS, 10)
+        db = tmp_path / "bridge.db"
+        await tg.wait_for(lambda: rows(db, "SELECT state FROM outbox") == [("failed",)], 10)
+        tg.dm(OWNER, "second")
+        [reply] = await r.sent_to(OWNER, 1)
+    assert reply["text"] == "second answer"
+    [(state, reason)] = rows(db, "SELECT state, reason FROM outbox WHERE text = 'lost in the outage'")
+    assert state == "failed" and reason
+    # The model's second turn still sees the first exchange: the failure lost nothing from history.
+    assert [m["content"] for m in fake_llm.requests[1]["messages"][1:]] == [
+        "first",
+        "lost in the outage",
+        "second",
+    ]
+    assert_intact(db, ["first", "second"])
