@@ -18,6 +18,13 @@ def _ms(since: float) -> float:
     return round((time.monotonic() - since) * 1000, 2)
 
 
+def _plain(value: Any) -> Any:
+    """JSON for what json cannot write itself: slotted dataclasses (messages, tool calls) as objects."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: getattr(value, name) for name in value.__slots__}  # type: ignore[attr-defined]
+    return str(value)
+
+
 class RunTrace:
     """Collects one run's steps in memory; the runner stores it (redacted JSON) when the run ends."""
 
@@ -52,9 +59,10 @@ class RunTrace:
         step: dict[str, Any] = {
             "type": "model",
             "ms": _ms(started),
-            # The exact body the provider sent when it reports one; else the structured request.
+            # The exact body the provider sent when it reports one; else the structured request. The
+            # messages are kept as they are (immutable) and turned into JSON once, in to_json.
             "request": (completion.request if completion and completion.request else None)
-            or {"messages": [dataclasses.asdict(m) for m in messages], "tools": tools},
+            or {"messages": list(messages), "tools": tools},
         }
         if final:
             step["final_without_tools"] = True
@@ -95,7 +103,7 @@ class RunTrace:
             "usage": usage,
             "steps": self.steps,
         }
-        return redact(json.dumps(data, ensure_ascii=False, default=str))
+        return redact(json.dumps(data, ensure_ascii=False, default=_plain))
 
 
 def format_trace(text: str) -> str:

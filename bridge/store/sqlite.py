@@ -7,9 +7,8 @@ import json
 import secrets
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
-
-import aiosqlite
 
 from bridge.store.base import (
     MessageRow,
@@ -22,7 +21,8 @@ from bridge.store.base import (
     SessionSummary,
     ToolExchange,
 )
-from bridge.store.connection import SQLiteConnection
+from bridge.store.cache import ActiveSessions
+from bridge.store.connection import SQLiteConnection, T, Work
 
 _SESSION_COLS = (
     "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route, "
@@ -42,6 +42,9 @@ _RUN_COLS = (
 _META_FIELDS = tuple(f.name for f in dataclasses.fields(SessionMeta))
 
 
+_OUTBOX_FIELDS = tuple(f.name for f in dataclasses.fields(OutboxItem))
+
+
 def new_id() -> str:
     return secrets.token_hex(8)
 
@@ -49,13 +52,24 @@ def new_id() -> str:
 class SQLiteStore(SQLiteConnection):
     """Store on one aiosqlite connection: sessions, messages, runs, the outbox and memories."""
 
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(path)
+        self._active = ActiveSessions()
+
     # ---------------------------------------------------------------- sessions
 
     async def active_session(self, key: str) -> SessionRow | None:
+        cached = self._active.get(key)
+        if cached is not None:
+            return cached
         rows = await self._rows(
             f"SELECT {_SESSION_COLS} FROM sessions WHERE key = ? AND ended_at IS NULL", (key,)
         )
-        return SessionRow(*rows[0]) if rows else None
+        if not rows:
+            return None
+        row = SessionRow(*rows[0])
+        self._active.put(row)
+        return row
 
     async def ensure_active_session(self, key: str, meta: SessionMeta | None = None) -> SessionRow:
         found = await self.active_session(key)
@@ -63,48 +77,43 @@ class SQLiteStore(SQLiteConnection):
             if meta is not None and _meta_differs(found, meta):
                 return await self._update_meta(found, meta)
             return found
-        async with self._transaction() as db:
-            return await self._insert_session(db, key, meta)
+        row = await self._write(lambda conn: _insert_session(conn, key, meta))
+        self._active.put(row)
+        return row
 
     async def start_new_session(self, key: str, meta: SessionMeta | None = None) -> SessionRow:
         previous = await self.active_session(key)
         if meta is None and previous is not None:
             meta = SessionMeta(**{name: getattr(previous, name) for name in _META_FIELDS})
-        async with self._transaction() as db:
-            await db.execute(
+
+        def replace(conn: sqlite3.Connection) -> SessionRow:
+            conn.execute(
                 "UPDATE sessions SET ended_at = ? WHERE key = ? AND ended_at IS NULL", (time.time(), key)
             )
-            row = await self._insert_session(db, key, meta)
+            row = _insert_session(conn, key, meta)
             if previous is not None and previous.send_policy is not None:
                 # The operator's /send choice is about the chat, not the conversation: /clear keeps it.
-                await db.execute(
+                conn.execute(
                     "UPDATE sessions SET send_policy = ? WHERE id = ?", (previous.send_policy, row.id)
                 )
                 row = dataclasses.replace(row, send_policy=previous.send_policy)
             return row
 
-    async def _insert_session(
-        self, db: aiosqlite.Connection, key: str, meta: SessionMeta | None
-    ) -> SessionRow:
-        values = {name: getattr(meta or SessionMeta(), name) for name in _META_FIELDS}
-        now = time.time()
-        row = SessionRow(id=new_id(), key=key, created_at=now, updated_at=now, **values)
-        columns = ("id", "key", "created_at", "updated_at", *values)
-        await db.execute(
-            f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-            (row.id, key, now, now, *values.values()),
-        )
+        row = await self._write(replace)
+        self._active.put(row)
         return row
 
     async def _update_meta(self, session: SessionRow, meta: SessionMeta) -> SessionRow:
         merged = {name: getattr(meta, name) or getattr(session, name) for name in _META_FIELDS}
-        async with self._transaction() as db:
-            await db.execute(
+        await self._write(
+            lambda conn: conn.execute(
                 f"UPDATE sessions SET {', '.join(f'{name} = ?' for name in merged)} WHERE id = ?",
                 (*merged.values(), session.id),
             )
+        )
         found = await self.get_session(session.id)
         assert found is not None
+        self._active.put(found)
         return found
 
     async def get_session(self, session_id: str) -> SessionRow | None:
@@ -129,8 +138,10 @@ class SQLiteStore(SQLiteConnection):
         return [SessionSummary(SessionRow(*row[:-1]), row[-1]) for row in rows]
 
     async def set_send_policy(self, session_id: str, value: str | None) -> None:
-        async with self._transaction() as db:
-            await db.execute("UPDATE sessions SET send_policy = ? WHERE id = ?", (value, session_id))
+        await self._write(
+            lambda conn: conn.execute("UPDATE sessions SET send_policy = ? WHERE id = ?", (value, session_id))
+        )
+        self._active.update(session_id, send_policy=value)
 
     # ---------------------------------------------------------------- messages
 
@@ -145,30 +156,34 @@ class SQLiteStore(SQLiteConnection):
     ) -> int | None:
         """Store a user message; None when the platform message id was stored before (a redelivery)."""
         try:
-            async with self._transaction() as db:
-                return await self._insert_message(
-                    db,
+            return await self._add(
+                session_id,
+                lambda conn: _insert_message(
+                    conn,
                     session_id,
                     "user",
                     content,
                     sender=sender,
                     platform_msg_id=platform_msg_id,
                     via_session=via_session,
-                )
+                ),
+            )
         except sqlite3.IntegrityError as exc:
             if platform_msg_id is not None and "platform_msg_id" in str(exc):
                 return None
             raise
 
     async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int:
-        async with self._transaction() as db:
-            return await self._insert_message(db, session_id, "assistant", content, run_id=run_id)
+        return await self._add(
+            session_id, lambda conn: _insert_message(conn, session_id, "assistant", content, run_id=run_id)
+        )
 
     async def add_tool_exchange(self, session_id: str, run_id: str, exchange: ToolExchange) -> None:
-        async with self._transaction() as db:
-            common = {"run_id": run_id, "step": exchange.step, "tool_name": exchange.tool_name}
-            await self._insert_message(
-                db,
+        common = {"run_id": run_id, "step": exchange.step, "tool_name": exchange.tool_name}
+
+        def both(conn: sqlite3.Connection) -> None:
+            _insert_message(
+                conn,
                 session_id,
                 "tool_call",
                 exchange.preamble,
@@ -177,8 +192,8 @@ class SQLiteStore(SQLiteConnection):
                 tool_status=exchange.status,
                 **common,
             )
-            await self._insert_message(
-                db,
+            _insert_message(
+                conn,
                 session_id,
                 "tool_result",
                 exchange.result,
@@ -187,18 +202,14 @@ class SQLiteStore(SQLiteConnection):
                 **common,
             )
 
-    async def _insert_message(
-        self, db: aiosqlite.Connection, session_id: str, kind: str, content: str, **fields: Any
-    ) -> int:
-        now = time.time()
-        columns = ["session_id", "kind", "content", "created_at", *fields]
-        cursor = await db.execute(
-            f"INSERT INTO messages ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-            (session_id, kind, content, now, *fields.values()),
-        )
-        await db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
+        # Call and result in one transaction: history never holds one without the other.
+        await self._add(session_id, both)
+
+    async def _add(self, session_id: str, work: Work[T]) -> T:
+        """A write that adds messages to a session, which also moves its updated_at."""
+        result = await self._write(work)
+        self._active.update(session_id, updated_at=time.time())
+        return result
 
     async def history(self, session_id: str, limit: int, *, chat_only: bool = False) -> list[MessageRow]:
         columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
@@ -247,12 +258,13 @@ class SQLiteStore(SQLiteConnection):
         input_hash: str,
         input_upto: int | None = None,
     ) -> None:
-        async with self._transaction() as db:
-            await db.execute(
+        await self._write(
+            lambda conn: conn.execute(
                 "INSERT INTO runs (id, session_id, status, channel, input_hash, input_upto, started_at) "
                 "VALUES (?, ?, 'running', ?, ?, ?, ?)",
                 (run_id, session_id, channel, input_hash, input_upto, time.time()),
             )
+        )
 
     async def finish_run(
         self,
@@ -265,24 +277,26 @@ class SQLiteStore(SQLiteConnection):
         error: str | None = None,
         trace: str | None = None,
     ) -> None:
-        async with self._transaction() as db:
-            await db.execute(
+        await self._write(
+            lambda conn: conn.execute(
                 "UPDATE runs SET status = ?, ended_at = ?, iterations = ?, prompt_tokens = ?, "
                 "completion_tokens = ?, error = ?, trace = ? WHERE id = ?",
                 (status, time.time(), iterations, prompt_tokens, completion_tokens, error, trace, run_id),
             )
+        )
 
     async def get_trace(self, run_id: str) -> str | None:
         return await self._scalar("SELECT trace FROM runs WHERE id = ?", (run_id,))
 
     async def prune_traces(self, keep: int) -> int:
         """Drop the traces of all but the newest `keep` runs; the run rows stay."""
-        async with self._transaction() as db:
-            cursor = await db.execute(
+        cursor = await self._write(
+            lambda conn: conn.execute(
                 "UPDATE runs SET trace = NULL WHERE trace IS NOT NULL AND id NOT IN "
                 "(SELECT id FROM runs WHERE trace IS NOT NULL ORDER BY started_at DESC LIMIT ?)",
                 (keep,),
             )
+        )
         return cursor.rowcount
 
     async def list_runs(self, *, session_key: str | None, limit: int) -> list[tuple[RunRow, str]]:
@@ -300,12 +314,13 @@ class SQLiteStore(SQLiteConnection):
         """Runs a crash left 'running' become 'aborted'; they are returned so their chats can be told."""
         rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE status = 'running' ORDER BY started_at")
         if rows:
-            async with self._transaction() as db:
-                await db.execute(
+            await self._write(
+                lambda conn: conn.execute(
                     "UPDATE runs SET status = 'aborted', ended_at = ?, "
                     "error = 'interrupted: Bridge stopped during this run' WHERE status = 'running'",
                     (time.time(),),
                 )
+            )
         return [RunRow(*row) for row in rows]
 
     async def get_run(self, run_id: str) -> RunRow | None:
@@ -315,15 +330,17 @@ class SQLiteStore(SQLiteConnection):
     # ---------------------------------------------------------------- outbox
 
     async def add_outbox(self, item: OutboxItem) -> int | None:
-        values = dataclasses.asdict(item)
+        # Shallow on purpose: the fields are plain values, and asdict's deep copy showed up in profiles.
+        values = {name: getattr(item, name) for name in _OUTBOX_FIELDS}
         now = time.time()
         columns = [*values, "created_at", "updated_at"]
         try:
-            async with self._transaction() as db:
-                cursor = await db.execute(
+            cursor = await self._write(
+                lambda conn: conn.execute(
                     f"INSERT INTO outbox ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                     (*values.values(), now, now),
                 )
+            )
         except sqlite3.IntegrityError as exc:
             if item.dedupe_key is not None and "dedupe_key" in str(exc):
                 return None
@@ -339,12 +356,13 @@ class SQLiteStore(SQLiteConnection):
         platform_msg_id: str | None = None,
         reason: str | None = None,
     ) -> None:
-        async with self._transaction() as db:
-            await db.execute(
+        await self._write(
+            lambda conn: conn.execute(
                 "UPDATE outbox SET state = ?, platform_msg_id = COALESCE(?, platform_msg_id), "
                 "reason = COALESCE(?, reason), updated_at = ? WHERE id = ?",
                 (state, platform_msg_id, reason, time.time(), item_id),
             )
+        )
 
     async def count_outbox(self, session: SessionRow, state: OutboxState) -> int:
         # Items sent before a chat had a session (a command's answer, a refusal) carry only the key:
@@ -382,19 +400,44 @@ class SQLiteStore(SQLiteConnection):
     # ---------------------------------------------------------------- memories
 
     async def add_memory(self, scope: str, content: str) -> int:
-        async with self._transaction() as db:
-            cursor = await db.execute(
+        cursor = await self._write(
+            lambda conn: conn.execute(
                 "INSERT INTO memories (scope, content, created_at) VALUES (?, ?, ?)",
                 (scope, content, time.time()),
             )
-            assert cursor.lastrowid is not None
-            return cursor.lastrowid
+        )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
 
     async def memories(self, scope: str, limit: int) -> list[str]:
         rows = await self._rows(
             "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?", (scope, limit)
         )
         return [row[0] for row in reversed(rows)]
+
+
+def _insert_session(conn: sqlite3.Connection, key: str, meta: SessionMeta | None) -> SessionRow:
+    values = {name: getattr(meta or SessionMeta(), name) for name in _META_FIELDS}
+    now = time.time()
+    row = SessionRow(id=new_id(), key=key, created_at=now, updated_at=now, **values)
+    columns = ("id", "key", "created_at", "updated_at", *values)
+    conn.execute(
+        f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        (row.id, key, now, now, *values.values()),
+    )
+    return row
+
+
+def _insert_message(conn: sqlite3.Connection, session_id: str, kind: str, content: str, **fields: Any) -> int:
+    now = time.time()
+    columns = ["session_id", "kind", "content", "created_at", *fields]
+    cursor = conn.execute(
+        f"INSERT INTO messages ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        (session_id, kind, content, now, *fields.values()),
+    )
+    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
 
 
 def _meta_differs(session: SessionRow, meta: SessionMeta) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bridge.store import connection as sqlite_module
+from bridge.store import sqlite as store_module
 from bridge.store.base import OutboxItem, SessionMeta, SessionRow, StoreError, ToolExchange
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.sqlite import SQLiteStore, dumps
@@ -262,17 +263,17 @@ async def test_tool_exchange_writes_call_and_result_together(store: SQLiteStore,
 async def test_failed_result_insert_leaves_neither_row_and_store_stays_usable(
     store: SQLiteStore, session: SessionRow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = store._insert_message
+    original = store_module._insert_message
     calls = 0
 
-    async def fail_second(*args: Any, **kwargs: Any) -> int:
+    def fail_second(*args: Any, **kwargs: Any) -> int:
         nonlocal calls
         calls += 1
         if calls == 2:
             raise sqlite3.OperationalError("disk I/O error")
-        return await original(*args, **kwargs)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(store, "_insert_message", fail_second)
+    monkeypatch.setattr(store_module, "_insert_message", fail_second)
     with pytest.raises(sqlite3.OperationalError):
         await store.add_tool_exchange(session.id, "r1", exchange("c1", {"group_name": "web"}))
     assert calls == 2
