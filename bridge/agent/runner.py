@@ -143,7 +143,10 @@ class AgentRunner:
         observer = observer or NullObserver()
         agent = self.settings.agent
         run_id = run_id or secrets.token_hex(8)
-        rows = await self.store.history(session.id, agent.history_limit)
+        context = await self.store.run_context(
+            session.id, session.key, agent.history_limit, agent.memory_limit
+        )
+        rows = context.rows
         if upto is not None:
             # A turn of its own for one message (queue_mode = "followup"): later ones wait their turn.
             rows = [r for r in rows if r.kind != "user" or r.id <= upto]
@@ -154,7 +157,7 @@ class AgentRunner:
         )
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
-        loaded = self.registry.known_groups(await self.store.loaded_groups(session.id))
+        loaded = self.registry.known_groups(context.loaded_groups)
         ctx = ToolContext(
             settings=self.settings,
             store=self.store,
@@ -169,6 +172,7 @@ class AgentRunner:
             run_id=run_id,
             messages=build_messages(rows, agent.max_tool_result_chars, agent.history_max_chars),
             trace=RunTrace(run_id, session.id, session.key, channel, input_hash),
+            memories=context.memories,
         )
         try:
             async with asyncio.timeout(agent.run_timeout_s):
@@ -192,21 +196,22 @@ class AgentRunner:
                 f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}",
             )
         result.loaded_groups = set(ctx.loaded_groups)
+        # An answer (or a polite stop) is history; an error or a timeout is not, so /retry can redo it.
+        answer = result.reply if result.status in ("ok", "stopped") else None
         await asyncio.shield(
-            self._finish(state, result.status, None if result.status == "ok" else result.reply)
+            self._finish(
+                state, result.status, None if result.status == "ok" else result.reply, answer, ctx.session.id
+            )
         )
         return result
 
     async def _loop(self, ctx: ToolContext, state: _RunState, observer: RunObserver) -> RunResult:
         agent = self.settings.agent
-        memories = (
-            await self.store.memories(ctx.session.key, agent.memory_limit) if agent.memory_limit else []
-        )
         breaker = _Breaker()
         for iteration in range(1, agent.max_iterations + 1):
             state.iterations = iteration
             system = build_system_prompt(
-                self.settings, self.registry, ctx.session, ctx.loaded_groups, memories
+                self.settings, self.registry, ctx.session, ctx.loaded_groups, state.memories
             )
             tools = self.registry.active_tools(ctx.loaded_groups)
             completion = await self._complete(
@@ -214,7 +219,6 @@ class AgentRunner:
             )
             if not completion.tool_calls:
                 reply = completion.content.strip() or "(The model returned an empty answer.)"
-                await asyncio.shield(self.store.add_assistant_message(ctx.session.id, state.run_id, reply))
                 return RunResult(state.run_id, "ok", reply, iteration)
             state.messages.append(
                 ChatMessage("assistant", completion.content, tool_calls=completion.tool_calls)
@@ -242,15 +246,11 @@ class AgentRunner:
                         else f"⚠️ I stopped: `{call.name}` failed {FAILURE_BREAKER} times in a row with the "
                         f"same arguments. Last error: {result.content}"
                     )
-                    await asyncio.shield(
-                        self.store.add_assistant_message(ctx.session.id, state.run_id, reply)
-                    )
                     return RunResult(state.run_id, "stopped", reply, iteration)
         reply = (
             f"⚠️ I stopped after {agent.max_iterations} steps without reaching an answer. "
             "Ask me to continue, or narrow the request."
         )
-        await asyncio.shield(self.store.add_assistant_message(ctx.session.id, state.run_id, reply))
         return RunResult(state.run_id, "stopped", reply, agent.max_iterations)
 
     async def _complete(
@@ -349,7 +349,14 @@ class AgentRunner:
     def _end(self, state: _RunState, status: RunStatus, reply: str) -> RunResult:
         return RunResult(state.run_id, status, reply, state.iterations)
 
-    async def _finish(self, state: _RunState, status: str, error: str | None) -> None:
+    async def _finish(
+        self,
+        state: _RunState,
+        status: str,
+        error: str | None,
+        answer: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
         usage = {"prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens}
         keep = self.settings.runs.keep_traces
         await self.store.finish_run(
@@ -360,6 +367,7 @@ class AgentRunner:
             completion_tokens=state.completion_tokens,
             error=error,
             trace=state.trace.to_json(status, usage, self._redact) if keep else None,
+            reply=(session_id, answer) if answer is not None and session_id is not None else None,
         )
         self._finished += 1
         if keep and self._finished % PRUNE_EVERY == 0:
@@ -371,6 +379,7 @@ class _RunState:
     run_id: str
     messages: list[ChatMessage]
     trace: RunTrace
+    memories: list[str] = field(default_factory=list)
     iterations: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

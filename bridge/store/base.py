@@ -130,6 +130,15 @@ class OutboxRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a run starts from, read in one snapshot: the history window, loaded groups, memories."""
+
+    rows: list[MessageRow]
+    loaded_groups: set[str]
+    memories: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class SessionSummary:
     """A session for listings: its row plus counts that cost one query."""
 
@@ -173,6 +182,9 @@ class Store(Protocol):
     async def count_messages(self, session_id: str) -> int: ...
     async def search_messages(self, session_id: str, query: str, limit: int) -> list[MessageRow]: ...
     async def loaded_groups(self, session_id: str) -> set[str]: ...
+    async def run_context(
+        self, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
+    ) -> RunContext: ...
 
     # runs
     async def start_run(
@@ -193,7 +205,10 @@ class Store(Protocol):
         completion_tokens: int = 0,
         error: str | None = None,
         trace: str | None = None,
-    ) -> None: ...
+        reply: tuple[str, str] | None = None,
+    ) -> None:
+        """Close a run; `reply` (session id, text) is stored as its answer in the same transaction."""
+        ...
     async def get_run(self, run_id: str) -> RunRow | None: ...
     async def get_trace(self, run_id: str) -> str | None: ...
     async def prune_traces(self, keep: int) -> int: ...

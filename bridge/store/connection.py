@@ -114,6 +114,13 @@ class SQLiteConnection:
         db = self.db
         return await db._execute(_atomically, db._conn, work)
 
+    async def _read(self, work: Work[T], *, snapshot: bool = False) -> T:
+        """Run reads in one trip to the connection's thread; with `snapshot`, all see one state."""
+        db = self.db
+        if snapshot:
+            return await db._execute(_snapshot, db._conn, work)
+        return await db._execute(work, db._conn)
+
     async def _scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
         rows = await self._rows(sql, params)
         return rows[0][0] if rows else None
@@ -121,6 +128,15 @@ class SQLiteConnection:
     async def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         # One trip: execute, fetch and close together (a cursor would cost three).
         return list(await self.db.execute_fetchall(sql, tuple(params)))
+
+
+def _snapshot(conn: sqlite3.Connection, work: Work[T]) -> T:
+    """On the connection's thread: the reads in one deferred transaction, so they agree with each other."""
+    conn.execute("BEGIN")
+    try:
+        return work(conn)
+    finally:
+        conn.execute("COMMIT")
 
 
 def _atomically(conn: sqlite3.Connection, work: Work[T]) -> T:

@@ -15,6 +15,7 @@ from bridge.store.base import (
     OutboxItem,
     OutboxRow,
     OutboxState,
+    RunContext,
     RunRow,
     SessionMeta,
     SessionRow,
@@ -212,14 +213,7 @@ class SQLiteStore(SQLiteConnection):
         return result
 
     async def history(self, session_id: str, limit: int, *, chat_only: bool = False) -> list[MessageRow]:
-        columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
-        only_chat = " AND m.kind IN ('user', 'assistant')" if chat_only else ""
-        rows = await self._rows(
-            f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
-            f"WHERE m.session_id = ?{only_chat} ORDER BY m.id DESC LIMIT ?",
-            (session_id, limit),
-        )
-        return [MessageRow(*row) for row in reversed(rows)]
+        return await self._read(lambda conn: _history(conn, session_id, limit, chat_only))
 
     async def count_messages(self, session_id: str) -> int:
         return int(await self._scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)))
@@ -235,18 +229,21 @@ class SQLiteStore(SQLiteConnection):
 
     async def loaded_groups(self, session_id: str) -> set[str]:
         """Groups loaded anywhere in the session's history: one query on a partial index."""
-        rows = await self._rows(
-            # CASE evaluates lazily, so json_type never sees malformed JSON; objects and arrays
-            # would come back from json_extract as JSON text, so only 'text' values count.
-            "SELECT DISTINCT CASE WHEN json_valid(tool_input) THEN CASE WHEN "
-            "json_type(tool_input, '$.group_name') = 'text' "
-            "THEN json_extract(tool_input, '$.group_name') END END FROM messages "
-            "WHERE session_id = ? AND kind = 'tool_call' AND tool_name = 'load_tool_group' "
-            "AND tool_status = 'success'",
-            (session_id,),
-        )
-        # Malformed inputs and non-string group names come back as NULL and are skipped.
-        return {row[0] for row in rows if isinstance(row[0], str) and row[0]}
+        return await self._read(lambda conn: _loaded_groups(conn, session_id))
+
+    async def run_context(
+        self, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
+    ) -> RunContext:
+        """Everything a run starts from in one trip to the database thread."""
+
+        def read(conn: sqlite3.Connection) -> RunContext:
+            return RunContext(
+                _history(conn, session_id, history_limit, False),
+                _loaded_groups(conn, session_id),
+                _memories(conn, memory_scope, memory_limit) if memory_limit else [],
+            )
+
+        return await self._read(read, snapshot=True)
 
     # ---------------------------------------------------------------- runs
 
@@ -276,14 +273,22 @@ class SQLiteStore(SQLiteConnection):
         completion_tokens: int = 0,
         error: str | None = None,
         trace: str | None = None,
+        reply: tuple[str, str] | None = None,
     ) -> None:
-        await self._write(
-            lambda conn: conn.execute(
+        def finish(conn: sqlite3.Connection) -> None:
+            if reply is not None:
+                # The answer and the run's status together: a crash leaves both or neither.
+                _insert_message(conn, reply[0], "assistant", reply[1], run_id=run_id)
+            conn.execute(
                 "UPDATE runs SET status = ?, ended_at = ?, iterations = ?, prompt_tokens = ?, "
                 "completion_tokens = ?, error = ?, trace = ? WHERE id = ?",
                 (status, time.time(), iterations, prompt_tokens, completion_tokens, error, trace, run_id),
             )
-        )
+
+        if reply is None:
+            await self._write(finish)
+        else:
+            await self._add(reply[0], finish)
 
     async def get_trace(self, run_id: str) -> str | None:
         return await self._scalar("SELECT trace FROM runs WHERE id = ?", (run_id,))
@@ -410,10 +415,7 @@ class SQLiteStore(SQLiteConnection):
         return cursor.lastrowid
 
     async def memories(self, scope: str, limit: int) -> list[str]:
-        rows = await self._rows(
-            "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?", (scope, limit)
-        )
-        return [row[0] for row in reversed(rows)]
+        return await self._read(lambda conn: _memories(conn, scope, limit))
 
 
 def _insert_session(conn: sqlite3.Connection, key: str, meta: SessionMeta | None) -> SessionRow:
@@ -438,6 +440,39 @@ def _insert_message(conn: sqlite3.Connection, session_id: str, kind: str, conten
     conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
     assert cursor.lastrowid is not None
     return cursor.lastrowid
+
+
+def _history(conn: sqlite3.Connection, session_id: str, limit: int, chat_only: bool) -> list[MessageRow]:
+    columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
+    only_chat = " AND m.kind IN ('user', 'assistant')" if chat_only else ""
+    rows = conn.execute(
+        f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
+        f"WHERE m.session_id = ?{only_chat} ORDER BY m.id DESC LIMIT ?",
+        (session_id, limit),
+    ).fetchall()
+    return [MessageRow(*row) for row in reversed(rows)]
+
+
+def _loaded_groups(conn: sqlite3.Connection, session_id: str) -> set[str]:
+    rows = conn.execute(
+        # CASE evaluates lazily, so json_type never sees malformed JSON; objects and arrays
+        # would come back from json_extract as JSON text, so only 'text' values count.
+        "SELECT DISTINCT CASE WHEN json_valid(tool_input) THEN CASE WHEN "
+        "json_type(tool_input, '$.group_name') = 'text' "
+        "THEN json_extract(tool_input, '$.group_name') END END FROM messages "
+        "WHERE session_id = ? AND kind = 'tool_call' AND tool_name = 'load_tool_group' "
+        "AND tool_status = 'success'",
+        (session_id,),
+    ).fetchall()
+    # Malformed inputs and non-string group names come back as NULL and are skipped.
+    return {row[0] for row in rows if isinstance(row[0], str) and row[0]}
+
+
+def _memories(conn: sqlite3.Connection, scope: str, limit: int) -> list[str]:
+    rows = conn.execute(
+        "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?", (scope, limit)
+    ).fetchall()
+    return [row[0] for row in reversed(rows)]
 
 
 def _meta_differs(session: SessionRow, meta: SessionMeta) -> bool:
