@@ -20,7 +20,7 @@ from bridge.gateway.dispatcher import Dispatcher
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.llm.base import Provider
-from bridge.llm.openai import OpenAIProvider
+from bridge.llm.factory import build_provider
 from bridge.llm.textmode import TextModeProvider
 from bridge.sessions.service import SessionService
 from bridge.store.base import RunRow
@@ -70,7 +70,7 @@ class Bridge:
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = SQLiteStore(settings.storage.path)
-        self.provider = with_tool_mode(settings, provider or OpenAIProvider(settings.llm), self.registry)
+        self.provider = with_tool_mode(settings, provider or build_provider(settings.llm), self.registry)
         owners = frozenset([*settings.owners, *extra_owners])
         self.sessions = SessionService(self.store, owners)
         self.access = AccessPolicy.from_settings(settings, owners)

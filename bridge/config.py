@@ -49,7 +49,8 @@ def _url(value: str | None, example: str, schemes: str = "https?") -> str | None
 
 
 class LLMSettings(_Section):
-    provider: Literal["openai"] = "openai"
+    # "openai": any OpenAI-compatible /chat/completions server; "anthropic": the Anthropic Messages API.
+    provider: Literal["openai", "anthropic"] = "openai"
     base_url: str | None = None
     api_key: SecretStr = SecretStr("")
     model: str = "gpt-4o-mini"
