@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -50,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
 
     trace = sub.add_parser("trace", help="print what one run sent to the model and which tools it ran")
     trace.add_argument("run_id", metavar="RUN_ID")
-    trace.add_argument("--json", action="store_true", help="print the stored JSON as it is")
+    trace.add_argument("--json", action="store_true", help="the trace as JSON, each model request whole")
     trace.add_argument("--config", type=Path, help=config_help)
 
     runs = sub.add_parser("runs", help="list recent runs, newest first")
@@ -127,7 +128,7 @@ async def _existing_store(settings: Settings) -> AsyncIterator[SQLiteStore]:
 
 async def show_trace(settings: Settings, run_id: str, *, as_json: bool) -> int:
     """`bridge trace RUN_ID`: the run's stored trace, readable or as JSON."""
-    from bridge.agent.trace import format_trace
+    from bridge.agent.trace import expand_trace, format_trace
 
     try:
         async with _existing_store(settings) as store:
@@ -145,7 +146,7 @@ async def show_trace(settings: Settings, run_id: str, *, as_json: bool) -> int:
             file=sys.stderr,
         )
         return EXIT_RUNTIME
-    print(text if as_json else format_trace(text))
+    print(json.dumps(expand_trace(json.loads(text)), ensure_ascii=False) if as_json else format_trace(text))
     return 0
 
 

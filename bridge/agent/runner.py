@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -17,7 +16,7 @@ from bridge.config import Settings
 from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
 from bridge.logs import redactor
 from bridge.store.base import SessionRow, Store, ToolExchange
-from bridge.store.sqlite import dumps
+from bridge.store.sqlite import dumps, new_id
 from bridge.tools.base import SessionMessenger, Tool, ToolContext, ToolResult
 from bridge.tools.registry import ToolRegistry
 
@@ -27,6 +26,11 @@ FAILURE_BREAKER = 3
 # Old traces are pruned after this many runs (and at start), not after every run.
 PRUNE_EVERY = 100
 RETRY_HINT = "Your message is saved: send /retry to try again."
+# The last request of a run cut short (a loop, the failure breaker, the step cap): no tools, an answer.
+FINAL_REQUEST = (
+    "[Bridge: no more tool calls are possible for this request.] Using only the tool results above, "
+    "give your final answer to my last message now, in plain text."
+)
 RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped"]
 
 
@@ -66,29 +70,20 @@ class RunResult:
 
 @dataclass(slots=True)
 class _Breaker:
-    """Refuses an immediate identical repeat; ends the run after identical failures in a row.
+    """Spots a loop: a call repeated right after it succeeded, or the same call failing again and again."""
 
-    Only executed calls count as "the previous call" for the repeat check. Small real models
-    alternate between a call and its refused repeat; measured against the previous call of any
-    kind, every other repeat would run again and the loop would last until the iteration cap.
-    This way each repeat is refused, the refusals count as failures, and the third one ends the run.
-    """
-
-    last_executed: tuple[str, str] | None = None
-    last_executed_ok: bool = False
     last_signature: tuple[str, str] | None = None
+    last_ok: bool = False
     failures: int = 0
 
     def is_repeat_of_success(self, signature: tuple[str, str]) -> bool:
-        return signature == self.last_executed and self.last_executed_ok
+        return signature == self.last_signature and self.last_ok
 
-    def record(self, signature: tuple[str, str], ok: bool, *, executed: bool) -> bool:
-        """Record a call; True when the breaker trips."""
-        if executed:
-            self.last_executed, self.last_executed_ok = signature, ok
+    def record(self, signature: tuple[str, str], ok: bool) -> bool:
+        """Record a call that ran; True when it failed FAILURE_BREAKER times in a row."""
         same = signature == self.last_signature
         self.failures = 0 if ok else (self.failures + 1 if same else 1)
-        self.last_signature = signature
+        self.last_signature, self.last_ok = signature, ok
         return self.failures >= FAILURE_BREAKER
 
 
@@ -121,6 +116,10 @@ def _signature(call: ToolCall) -> tuple[str, str]:
 class AgentRunner:
     """Runs one turn of a session from its stored history to a persisted final reply."""
 
+    # Benchmark-only: bench/round_trips.py switches group restoration off to count what it saves.
+    # Nothing in the product or its config sets it.
+    restore_groups = True
+
     def __init__(self, settings: Settings, store: Store, registry: ToolRegistry, provider: Provider) -> None:
         self.settings = settings
         self.store = store
@@ -142,7 +141,7 @@ class AgentRunner:
     ) -> RunResult:
         observer = observer or NullObserver()
         agent = self.settings.agent
-        run_id = run_id or secrets.token_hex(8)
+        run_id = run_id or new_id()
         context = await self.store.run_context(
             session.id, session.key, agent.history_limit, agent.memory_limit
         )
@@ -157,7 +156,7 @@ class AgentRunner:
         )
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
-        loaded = self.registry.known_groups(context.loaded_groups)
+        loaded = self.registry.known_groups(context.loaded_groups if self.restore_groups else ())
         ctx = ToolContext(
             settings=self.settings,
             store=self.store,
@@ -220,16 +219,27 @@ class AgentRunner:
             if not completion.tool_calls:
                 reply = completion.content.strip() or "(The model returned an empty answer.)"
                 return RunResult(state.run_id, "ok", reply, iteration)
+            repeated = next(
+                (c for c in completion.tool_calls if breaker.is_repeat_of_success(_signature(c))), None
+            )
+            if repeated is not None:
+                # Small real models call the same tool again after its result instead of answering.
+                # Running it again changes nothing: the repeat is dropped and the answer asked for.
+                return await self._final_answer(
+                    state,
+                    system,
+                    f"⚠️ I stopped: the model kept calling `{repeated.name}` with the same arguments "
+                    "instead of answering. Ask again, perhaps in other words.",
+                )
             state.messages.append(
                 ChatMessage("assistant", completion.content, tool_calls=completion.tool_calls)
             )
             for index, call in enumerate(completion.tool_calls):
                 # The model's text that came with the calls is stored once, on the first call.
                 preamble = completion.content if index == 0 else ""
-                repeat = breaker.is_repeat_of_success(_signature(call))
                 started = RunTrace.clock()
-                result = await self._call(ctx, call, iteration, preamble, repeat, observer)
-                state.trace.tool_call(started, call, result, repeat=repeat)
+                result = await self._call(ctx, call, iteration, preamble, observer)
+                state.trace.tool_call(started, call, result)
                 state.messages.append(
                     ChatMessage(
                         "tool",
@@ -238,32 +248,51 @@ class AgentRunner:
                         name=call.name,
                     )
                 )
-                if breaker.record(_signature(call), result.ok, executed=not repeat):
-                    reply = (
-                        f"⚠️ I stopped: the model kept calling `{call.name}` with the same arguments "
-                        "instead of answering. Ask again, perhaps in other words."
-                        if repeat
-                        else f"⚠️ I stopped: `{call.name}` failed {FAILURE_BREAKER} times in a row with the "
-                        f"same arguments. Last error: {result.content}"
+                if breaker.record(_signature(call), result.ok):
+                    return await self._final_answer(
+                        state,
+                        system,
+                        f"⚠️ I stopped: `{call.name}` failed {FAILURE_BREAKER} times in a row with the "
+                        f"same arguments. Last error: {result.content}",
                     )
-                    return RunResult(state.run_id, "stopped", reply, iteration)
-        reply = (
+        return await self._final_answer(
+            state,
+            system,
             f"⚠️ I stopped after {agent.max_iterations} steps without reaching an answer. "
-            "Ask me to continue, or narrow the request."
+            "Ask me to continue, or narrow the request.",
         )
-        return RunResult(state.run_id, "stopped", reply, agent.max_iterations)
+
+    async def _final_answer(self, state: _RunState, system: str, fallback: str) -> RunResult:
+        """A run cut short asks once more, with no tools offered, for an answer from what it has.
+
+        The user then gets an answer rather than an error; `fallback` (why the run stopped) is the
+        reply only when that last request fails or comes back empty.
+        """
+        messages = [ChatMessage("system", system), *state.messages, ChatMessage("user", FINAL_REQUEST)]
+        try:
+            completion = await self._complete(state, messages, [], final=True)
+        except ProviderError:
+            return RunResult(state.run_id, "stopped", fallback, state.iterations)
+        # Offered no tools, a model may still write a call; only its text can be the answer.
+        answer = completion.content.strip()
+        return RunResult(state.run_id, "stopped", answer or fallback, state.iterations)
 
     async def _complete(
-        self, state: _RunState, messages: list[ChatMessage], tools: list[dict[str, Any]]
+        self,
+        state: _RunState,
+        messages: list[ChatMessage],
+        tools: list[dict[str, Any]],
+        *,
+        final: bool = False,
     ) -> Completion:
         """One model request, recorded in the run's trace whether it succeeds or fails."""
         started = RunTrace.clock()
         try:
             completion = await self.provider.complete(messages, tools)
         except ProviderError as exc:
-            state.trace.model_call(started, messages, tools, error=exc.message)
+            state.trace.model_call(started, messages, tools, error=exc.message, final=final)
             raise
-        state.trace.model_call(started, messages, tools, completion)
+        state.trace.model_call(started, messages, tools, completion, final=final)
         state.add_usage(completion)
         return completion
 
@@ -273,19 +302,11 @@ class AgentRunner:
         call: ToolCall,
         step: int,
         preamble: str,
-        repeat: bool,
         observer: RunObserver,
     ) -> ToolResult:
         view = ToolStep(call.id, call.name, summarize_arguments(call.arguments))
         await observer.tool_started(view)
-        if repeat:
-            result = ToolResult.error(
-                "duplicate_call",
-                f"You just called {call.name} with these same arguments and its result is above. "
-                "Use that result to answer, or call it with different arguments.",
-            )
-        else:
-            result = await self._execute(ctx, call)
+        result = await self._execute(ctx, call)
         # Call and result are written in one transaction; shielded so a cancel cannot split them.
         await asyncio.shield(
             self.store.add_tool_exchange(

@@ -20,8 +20,9 @@ def _ms(since: float) -> float:
 
 def _plain(value: Any) -> Any:
     """JSON for what json cannot write itself: slotted dataclasses (messages, tool calls) as objects."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: getattr(value, name) for name in value.__slots__}  # type: ignore[attr-defined]
+    names = getattr(type(value), "__slots__", None)
+    if names is not None and dataclasses.is_dataclass(value):
+        return {name: getattr(value, name) for name in names}
     return str(value)
 
 
@@ -41,6 +42,7 @@ class RunTrace:
         }
         self.steps: list[dict[str, Any]] = []
         self._started = time.monotonic()
+        self._sent: list[Any] = []  # the messages of the previous model request, to share its prefix
 
     @staticmethod
     def clock() -> float:
@@ -56,14 +58,13 @@ class RunTrace:
         *,
         final: bool = False,
     ) -> None:
-        step: dict[str, Any] = {
-            "type": "model",
-            "ms": _ms(started),
-            # The exact body the provider sent when it reports one; else the structured request. The
-            # messages are kept as they are (immutable) and turned into JSON once, in to_json.
-            "request": (completion.request if completion and completion.request else None)
-            or {"messages": list(messages), "tools": tools},
+        # The exact body the provider sent when it reports one; else the structured request. The
+        # messages are kept as they are (immutable) and turned into JSON once, in to_json.
+        request = (completion.request if completion and completion.request else None) or {
+            "messages": list(messages),
+            "tools": tools,
         }
+        step: dict[str, Any] = {"type": "model", "ms": _ms(started), "request": self._shared(request)}
         if final:
             step["final_without_tools"] = True
         if completion is not None:
@@ -75,7 +76,27 @@ class RunTrace:
             step["error"] = error
         self.steps.append(step)
 
-    def tool_call(self, started: float, call: ToolCall, result: ToolResult, *, repeat: bool) -> None:
+    def _shared(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The request with the messages it repeats from the previous one replaced by their count.
+
+        Each request of a run resends the whole conversation plus what the last step added, so a
+        trace that stored every request whole would grow with the square of the steps; expand_trace
+        puts the shared messages back.
+        """
+        sent = request.get("messages")
+        if not isinstance(sent, list):
+            return request
+        same = 0
+        for before, now in zip(self._sent, sent, strict=False):
+            if before is not now and before != now:
+                break
+            same += 1
+        self._sent = sent
+        if not same:
+            return request
+        return {**request, "messages": sent[same:], "messages_from_previous": same}
+
+    def tool_call(self, started: float, call: ToolCall, result: ToolResult) -> None:
         try:
             parsed: Any = json.loads(call.arguments or "{}")
         except ValueError:
@@ -88,7 +109,6 @@ class RunTrace:
                 "name": call.name,
                 "raw_arguments": call.arguments,
                 "parsed_arguments": parsed,
-                "refused_as_repeat": repeat,
                 "status": result.status,
                 "code": result.code,
                 "result": result.content,
@@ -106,9 +126,23 @@ class RunTrace:
         return redact(json.dumps(data, ensure_ascii=False, default=_plain))
 
 
+def expand_trace(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored trace with every model request whole again (see RunTrace._shared)."""
+    previous: list[Any] = []
+    for step in data.get("steps", []):
+        request = step.get("request")
+        if step.get("type") != "model" or not isinstance(request, dict):
+            continue
+        same = request.pop("messages_from_previous", 0)
+        if isinstance(request.get("messages"), list):
+            request["messages"] = previous[:same] + request["messages"]
+            previous = request["messages"]
+    return data
+
+
 def format_trace(text: str) -> str:
     """A stored trace as `bridge trace` prints it: a header, then one block per step."""
-    data = json.loads(text)
+    data = expand_trace(json.loads(text))
     usage = data.get("usage") or {}
     lines = [
         f"run {data['run_id']}  session {data.get('session_key')} ({data.get('session_id')})",
@@ -119,7 +153,7 @@ def format_trace(text: str) -> str:
     for number, step in enumerate(data.get("steps", []), 1):
         if step["type"] == "model":
             request = step.get("request") or {}
-            tools = [t.get("function", {}).get("name", "?") for t in request.get("tools") or []]
+            tools = [t.get("function", t).get("name", "?") for t in request.get("tools") or []]
             final = " (final answer, no tools)" if step.get("final_without_tools") else ""
             lines.append(
                 f"\n[{number}] model request{final}: {len(request.get('messages', []))} messages, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ async def test_history_is_replayed_as_structured_messages_not_pasted_into_user_t
     assert turn2[4] == {"role": "assistant", "content": "It is noon."}
 
 
-async def test_an_immediately_repeated_identical_call_is_refused_but_the_run_recovers(
+async def test_an_immediately_repeated_call_ends_the_loop_with_one_request_for_an_answer_without_tools(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     fake_llm.push(
@@ -60,37 +61,59 @@ async def test_an_immediately_repeated_identical_call_is_refused_but_the_run_rec
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("time?")
         rows = await main_history(h)
-    refused = tool_contents(fake_llm.requests[2])[-1]
-    assert "duplicate_call" in refused and "result is above" in refused
+        run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
+        trace = json.loads(await h.bridge.store.get_trace(h.sender.sent[-1].run_id) or "{}")
+    final = fake_llm.requests[2]
+    assert "tools" not in final
+    assert final["messages"][-1]["role"] == "user" and "final answer" in final["messages"][-1]["content"]
+    # The repeat never ran and is not replayed: the last call in the request is the one that ran.
+    assert len([m for m in final["messages"] if m.get("tool_calls")]) == 1
     assert h.sender.of("reply") == ["It is now."]
-    assert [r.tool_status for r in rows if r.kind == "tool_call"] == ["success", "error"]
+    assert [r.tool_status for r in rows if r.kind == "tool_call"] == ["success"]
+    assert rows[-1].kind == "assistant" and rows[-1].content == "It is now."
+    assert run is not None and run.status == "stopped"
+    assert trace["steps"][-1]["final_without_tools"] is True
 
 
 async def test_three_identical_failing_calls_end_the_run_with_a_clear_message(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     bad = {"timezone": "Mars/Olympus"}
-    fake_llm.push(*(fake.tool_call("get_current_time", bad) for _ in range(3)), fake.text("never sent"))
+    fake_llm.push(
+        *(fake.tool_call("get_current_time", bad) for _ in range(3)),
+        fake.text("Mars has no time zone I know of."),
+    )
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("time on mars?")
         reply = h.sender.of("reply")[-1]
         run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
-    assert len(fake_llm.requests) == 3
-    assert "get_current_time" in reply and "3 times in a row" in reply and "invalid_timezone" in reply
+    assert len(fake_llm.requests) == 4 and "tools" not in fake_llm.requests[3]
+    assert reply == "Mars has no time zone I know of."
     assert run is not None and run.status == "stopped"
 
 
-async def test_a_model_that_keeps_repeating_a_successful_call_is_stopped_after_three_refusals(
+async def test_when_the_last_request_fails_too_the_reply_says_why_the_run_stopped(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
-    # What a small real model does after a tool result: call the same tool again, and again.
+    bad = {"timezone": "Mars/Olympus"}
+    fake_llm.push(*(fake.tool_call("get_current_time", bad) for _ in range(3)), fake.http_error(400, "no"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time on mars?")
+        reply = h.sender.of("reply")[-1]
+    assert "get_current_time" in reply and "3 times in a row" in reply and "invalid_timezone" in reply
+
+
+async def test_a_model_that_only_repeats_its_call_gets_a_clear_message_after_one_last_request(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # What a small real model does after a tool result: call the same tool again, and again, even
+    # when offered no tools at all.
     fake_llm.push(*(fake.tool_call("get_current_time", {"timezone": "UTC"}) for _ in range(12)))
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("what time is it? use your tool")
         rows = await main_history(h)
-    assert len(fake_llm.requests) == 4
-    statuses = [r.tool_status for r in rows if r.kind == "tool_call"]
-    assert statuses == ["success", "error", "error", "error"]
+    assert len(fake_llm.requests) == 3
+    assert [r.tool_status for r in rows if r.kind == "tool_call"] == ["success"]
     assert "kept calling `get_current_time`" in h.sender.of("reply")[-1]
 
 
@@ -109,18 +132,19 @@ async def test_a_failed_call_may_be_retried_once_without_tripping_the_breaker(
     assert h.sender.of("reply") == ["done"]
 
 
-async def test_the_iteration_cap_is_configurable_and_ends_the_run_politely(
+async def test_the_iteration_cap_is_configurable_and_ends_with_an_answer_from_what_was_found(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     fake_llm.push(
-        *(fake.tool_call("get_current_time", {"timezone": z}) for z in ("UTC", "Europe/Berlin", "Asia/Tokyo"))
+        *(fake.tool_call("get_current_time", {"timezone": z}) for z in ("UTC", "Europe/Berlin")),
+        fake.text("Noon in London, one in Berlin."),
     )
     async with running_bridge(tmp_path, fake_llm, agent={"max_iterations": 2}) as h:
         await h.say("time everywhere")
         rows = await main_history(h)
-    assert len(fake_llm.requests) == 2
-    assert "after 2 steps" in h.sender.of("reply")[-1]
-    assert rows[-1].kind == "assistant" and "after 2 steps" in rows[-1].content
+    assert len(fake_llm.requests) == 3 and "tools" not in fake_llm.requests[2]
+    assert h.sender.of("reply")[-1] == "Noon in London, one in Berlin."
+    assert rows[-1].kind == "assistant" and rows[-1].content == "Noon in London, one in Berlin."
 
 
 async def test_a_model_server_error_tells_the_user_and_the_session_still_works(

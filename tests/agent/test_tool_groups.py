@@ -115,8 +115,8 @@ async def test_loading_a_loaded_group_again_succeeds_without_duplicate_schemas(
     async with running_bridge(tmp_path, fake_llm, extra_groups=(pdf_group(),)) as h:
         await h.say("load pdf")
         await h.say("load pdf once more")
-    # Within one run, the immediate identical repeat is refused as a recoverable error.
-    assert "duplicate_call" in tool_messages(fake_llm.requests[2])[-1]
+    # Within one run, the immediate identical repeat is not run: the answer is asked for instead.
+    assert "tools" not in fake_llm.requests[2] and h.sender.of("reply")[0] == "ok"
     turn2 = h.first_request_of_turn("load pdf once more")
     result = tool_messages(fake_llm.requests[turn2 + 1])[-1]
     assert "already loaded" in result and "Error" not in result

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bridge.agent.trace import format_trace
+from bridge.agent.trace import expand_trace, format_trace
 from bridge.app import Bridge
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
@@ -19,7 +19,7 @@ async def only_trace(h: Any) -> dict[str, Any]:
     [(run, _key)] = await h.bridge.store.list_runs(session_key="main", limit=5)
     text = await h.bridge.store.get_trace(run.id)
     assert text is not None
-    return dict(json.loads(text))
+    return expand_trace(json.loads(text))
 
 
 async def test_a_trace_records_requests_calls_results_usage_and_timings(
@@ -46,6 +46,22 @@ async def test_a_trace_records_requests_calls_results_usage_and_timings(
     assert trace["duration_ms"] >= 0
     printed = format_trace(json.dumps(trace))
     assert "tool get_current_time: success" in printed and "text: It is noon." in printed
+
+
+async def test_a_later_request_stores_only_what_it_adds_to_the_one_before(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.tool_call("get_current_time", {}), fake.text("noon"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+        [(run, _key)] = await h.bridge.store.list_runs(session_key="main", limit=5)
+        stored = json.loads(await h.bridge.store.get_trace(run.id) or "")
+    first, second = (step["request"] for step in stored["steps"] if step["type"] == "model")
+    assert "messages_from_previous" not in first and len(first["messages"]) == 2
+    # The system prompt and the question are shared; only the call and its result are new.
+    assert second["messages_from_previous"] == 2
+    assert [m["role"] for m in second["messages"]] == ["assistant", "tool"]
+    assert expand_trace(stored)["steps"][2]["request"] == fake_llm.requests[1]
 
 
 async def test_a_trace_keeps_malformed_arguments_raw_and_records_model_errors(
