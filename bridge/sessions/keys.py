@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, cast, get_args
@@ -202,6 +203,13 @@ def parse(text: str) -> SessionKey:
     """The parts of a session key string; raises SessionKeyError for anything ``build`` would not emit."""
     if not isinstance(text, str):
         raise TypeError(f"parse() takes a str, got {type(text).__name__}")
+    return _parse(text)
+
+
+# Every send is checked against the send policy, which parses the chat's key: the same few keys are
+# parsed over and over, and SessionKey is immutable. Invalid keys raise and are never cached.
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> SessionKey:
     shown = repr(text)
     if not text:
         raise _error(shown, "it is empty")
