@@ -1,10 +1,43 @@
-"""Runs every benchmark in bench/ in turn."""
+"""`python -m bench [--smoke] [--only NAME ...]`: runs the benchmarks, printing tables and writing JSON."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from bench import restore_cost
+from bench import memory, restore_cost, round_trips, schema_tokens, throughput
+from bench.common import RESULTS, machine
+
+BENCHMARKS: dict[str, Callable[[bool], Awaitable[dict[str, Any]]]] = {
+    "schema_tokens": schema_tokens.run,
+    "restore_cost": restore_cost.run,
+    "throughput": throughput.run,
+    "memory": memory.run,
+    "round_trips": round_trips.run,
+}
+
+
+async def main(names: list[str], smoke: bool) -> None:
+    facts = machine()
+    print(f"machine: {facts['processor']}, {facts['cpus']} CPUs, {facts['system']}, Python {facts['python']}")
+    print(f"mode: {'smoke (tiny sizes, results in *.smoke.json)' if smoke else 'full'}\n")
+    started = time.perf_counter()
+    for name in names:
+        began = time.perf_counter()
+        await BENCHMARKS[name](smoke)
+        print(f"[{name}: {time.perf_counter() - began:.1f} s]\n")
+    print(f"all done in {time.perf_counter() - started:.1f} s; JSON in {RESULTS}")
+
 
 if __name__ == "__main__":
-    asyncio.run(restore_cost.main())
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the benchmarks still run")
+    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
+    args = parser.parse_args()
+    # Every figure is taken on 127.0.0.1 or in process; a proxy must never sit in between.
+    os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+    asyncio.run(main(args.only, args.smoke))
