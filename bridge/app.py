@@ -21,7 +21,7 @@ from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
-from bridge.llm.textmode import TextModeProvider
+from bridge.llm.textmode import NativeModeProvider, TextModeProvider
 from bridge.sessions.service import SessionService
 from bridge.store.base import RunRow
 from bridge.store.sqlite import SQLiteStore
@@ -44,14 +44,15 @@ def load_adapter_class(name: str) -> Any:
 
 
 def with_tool_mode(settings: Settings, provider: Provider, registry: ToolRegistry) -> Provider:
-    """The provider as the runner uses it: wrapped in the strict text protocol when tool_mode is text."""
+    """The provider as the runner uses it: the strict text protocol in text mode; in native mode, calls a
+    server left in the text are still recognised."""
+
+    def known(name: str) -> bool:
+        return registry.get(name) is not None
+
     if settings.llm.tool_mode == "text":
-        return TextModeProvider(
-            provider,
-            known=lambda name: registry.get(name) is not None,
-            result_role=settings.llm.text_result_role,
-        )
-    return provider
+        return TextModeProvider(provider, known=known, result_role=settings.llm.text_result_role)
+    return NativeModeProvider(provider, known=known)
 
 
 class Bridge:

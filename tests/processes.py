@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 _BRIDGE_SCRIPT = Path(sys.executable).parent / "bridge"
@@ -24,6 +26,19 @@ def bridge_env(**extra: str) -> dict[str, str]:
     env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", PYTHONIOENCODING="utf-8")
     env.update(extra)
     return env
+
+
+@contextlib.asynccontextmanager
+async def bridge_running(cwd: Path, config: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`bridge run --config CONFIG` for the block, then SIGTERM and a clean exit (killed if it hangs)."""
+    process = await start_bridge(cwd, "run", "--config", str(config))
+    try:
+        yield process
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 10)
+    finally:
+        if process.returncode is None:
+            process.kill()
 
 
 async def start_bridge(cwd: Path, *args: str, stdin: bool = False, **env: str) -> asyncio.subprocess.Process:

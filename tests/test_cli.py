@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import sqlite3
 import tomllib
@@ -11,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bridge.localmodel import MODEL_ALIAS
 from tests.corruption import damage
+from tests.fakes import openai_server as fake_replies
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.scripted_model import HistoryTrustingModel
 from tests.processes import start_bridge
@@ -268,10 +271,45 @@ async def test_chat_with_an_unreachable_model_server_stays_usable(tmp_path: Path
 
 async def test_chat_without_a_model_says_to_set_base_url(tmp_path: Path) -> None:
     config = write_config(tmp_path, None)
-    done = await bridge("chat", "--config", str(config), cwd=tmp_path, lines=("hello",))
+    done = await bridge(
+        "chat",
+        "--config",
+        str(config),
+        cwd=tmp_path,
+        lines=("hello",),
+        BRIDGE_LOCAL_MODEL_DIR=str(tmp_path / "no-local-model"),
+    )
     assert done.code != 0
-    assert "[llm] base_url" in done.stderr
+    assert "[llm] base_url" in done.stderr and "bridge local-model start" in done.stderr
     assert_no_traceback(done)
+
+
+async def test_chat_without_base_url_uses_the_running_local_model_and_says_so_first(tmp_path: Path) -> None:
+    async with FakeOpenAI(lambda body: fake_replies.text("hello from the local model")) as fake:
+        cache = tmp_path / "local-model"
+        cache.mkdir()
+        port = int(fake.base_url.rsplit(":", 1)[1].split("/")[0])
+        # What `bridge local-model start` leaves behind; this test process stands in for the server.
+        (cache / "server.json").write_text(json.dumps({"pid": os.getpid(), "port": port, "mode": "text"}))
+        config = write_config(tmp_path, None)
+        done = await bridge(
+            "chat", "--config", str(config), cwd=tmp_path, lines=("hi",), BRIDGE_LOCAL_MODEL_DIR=str(cache)
+        )
+    assert done.code == 0, done.output
+    first = done.stdout.splitlines()[0]
+    assert f"Using the local model at http://127.0.0.1:{port}/v1 (text tool calls)" in first
+    assert "hello from the local model" in done.stdout
+    [request] = fake.requests
+    assert request["model"] == MODEL_ALIAS and "tools" not in request
+
+
+async def test_local_model_status_says_when_nothing_runs(tmp_path: Path) -> None:
+    done = await bridge("local-model", "status", cwd=tmp_path, BRIDGE_LOCAL_MODEL_DIR=str(tmp_path))
+    assert done.code == 1 and "not running" in done.stdout
+    stale = {"pid": 2**22 + 12345, "port": 1, "mode": "native"}  # no such process
+    (tmp_path / "server.json").write_text(json.dumps(stale))
+    done = await bridge("local-model", "status", cwd=tmp_path, BRIDGE_LOCAL_MODEL_DIR=str(tmp_path))
+    assert done.code == 1 and "not running" in done.stdout
 
 
 async def test_backup_copies_the_database_and_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Strict text-mode tool calls: tools described in the prompt, one fenced JSON block per reply is a call."""
+"""Tool calls written as text: the strict text-mode protocol, and calls a native-mode server left in text."""
 
 from __future__ import annotations
 
@@ -74,6 +74,25 @@ def parse_reply(text: str, allowed: Collection[str], *, echoes: Collection[str] 
     if call is None:
         return ParsedReply(None, text, tuple(ignored))
     return ParsedReply(call, _without(text, drop), tuple(ignored))
+
+
+def parse_leaked(text: str, allowed: Collection[str], *, echoes: Collection[str] = ()) -> ParsedReply:
+    """For native mode: a call the server did not turn into `tool_calls` and left in the text.
+
+    Either the strict fenced forms, or a reply that is nothing but one bare JSON call object naming a
+    tool in `allowed` (what a small model writes when the server's template parser misses it). JSON
+    inside prose is never a call.
+    """
+    parsed = parse_reply(text, allowed, echoes=echoes)
+    body = text.strip()
+    if parsed.call is not None or not (body.startswith("{") and body.endswith("}")):
+        return parsed
+    found = _as_call(body)
+    if found is None or found[0] in RESERVED_NAMES or found[0] not in allowed:
+        return parsed
+    if any(body in echo for echo in echoes):
+        return parsed
+    return ParsedReply(ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=found[0], arguments=found[1]), "")
 
 
 def _as_call(body: str) -> tuple[str, str] | None:
@@ -245,6 +264,29 @@ class TextModeProvider:
             return dataclasses.replace(completion, tool_calls=(native,) if native else ())
         allowed = _Allowed(active, self._known)
         parsed = parse_reply(completion.content, allowed, echoes=list(_results(messages)))
+        if parsed.call is None:
+            return completion
+        return dataclasses.replace(completion, content=parsed.text, tool_calls=(parsed.call,))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class NativeModeProvider:
+    """Native tool calls, plus the one call a server left in the text when its parser missed it."""
+
+    def __init__(self, inner: Provider, *, known: Callable[[str], bool] = lambda _name: False) -> None:
+        self.inner = inner
+        self._known = known
+
+    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
+        completion = await self.inner.complete(messages, tools)
+        if completion.tool_calls or not tools:
+            # With no tools offered (a run's last request), text is only ever the answer.
+            return completion
+        active = {schema.get("function", schema).get("name") for schema in tools}
+        allowed = _Allowed(active, self._known)
+        parsed = parse_leaked(completion.content, allowed, echoes=list(_results(messages)))
         if parsed.call is None:
             return completion
         return dataclasses.replace(completion, content=parsed.text, tool_calls=(parsed.call,))

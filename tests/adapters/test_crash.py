@@ -14,7 +14,7 @@ from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.invariants import assert_intact
-from tests.processes import start_bridge, telegram_run_config
+from tests.processes import bridge_running, start_bridge, telegram_run_config
 
 
 def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI) -> Path:
@@ -109,16 +109,10 @@ async def test_a_kill_while_the_reply_is_being_sent_delivers_it_once_at_the_next
         assert db_rows(db, "SELECT kind, state FROM outbox") == [("reply", "pending")]
         assert tg.messages_in(OWNER) == []
 
-        process = await start_bridge(tmp_path, "run", "--config", str(config))
-        try:
+        async with bridge_running(tmp_path, config):
             await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 1, timeout=30)
             tg.dm(OWNER, "and then?")
             await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 2, timeout=30)
-            process.terminate()
-            await asyncio.wait_for(process.wait(), 10)
-        finally:
-            if process.returncode is None:
-                process.kill()
     assert [m["text"] for m in tg.messages_in(OWNER)] == ["the answer", "next answer"]
     assert len(llm.requests) == 2  # the finished run was delivered, not run again
     assert_intact(db, ["question", "and then?"])

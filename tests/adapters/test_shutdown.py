@@ -13,7 +13,7 @@ from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.invariants import assert_intact
-from tests.processes import start_bridge, telegram_run_config
+from tests.processes import bridge_running, start_bridge, telegram_run_config
 
 
 def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, grace_s: float) -> Path:
@@ -77,15 +77,9 @@ async def test_after_a_sigterm_cut_a_run_short_retry_answers_it_at_the_next_star
     await sigterm_during_run(tmp_path, tg, delay_s=60, grace_s=0.5)
     async with FakeOpenAI() as llm:
         llm.push(fake.text("answered after the restart"))
-        process = await start_bridge(tmp_path, "run", "--config", str(config_for(tmp_path, tg, llm, 5)))
-        try:
+        async with bridge_running(tmp_path, config_for(tmp_path, tg, llm, 5)):
             tg.dm(OWNER, "/retry")
             await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 2, timeout=30)
-            process.terminate()
-            await asyncio.wait_for(process.wait(), 10)
-        finally:
-            if process.returncode is None:
-                process.kill()
     assert tg.messages_in(OWNER)[1]["text"] == "answered after the restart"
     assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["a slow question"]
     assert_intact(tmp_path / "bridge.db", ["a slow question"])

@@ -120,3 +120,15 @@ async def test_a_session_started_in_native_mode_continues_in_text_mode(
     assert all("tool_calls" not in m for m in messages)
     assert '```tool\n{"tool_name": "get_current_time", "arguments": {}}\n```' in messages[2]["content"]
     assert h.sender.of("reply") == ["still noon"]
+
+
+async def test_in_native_mode_a_call_the_server_left_in_the_text_still_runs(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # What the small Qwen does now and then when llama-server's template parser misses its call.
+    fake_llm.push(fake.text('{"name": "get_current_time", "arguments": {}}'), fake.text("It is noon."))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+    assert fake_llm.requests[1]["messages"][-1]["role"] == "tool"
+    assert fake_llm.requests[1]["messages"][-2]["tool_calls"][0]["function"]["name"] == "get_current_time"
+    assert h.sender.of("reply") == ["It is noon."]

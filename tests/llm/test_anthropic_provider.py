@@ -24,6 +24,7 @@ from bridge.llm.openai import OpenAIProvider
 from tests.fakes import anthropic_server as fake
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.harness import CORE_TOOLS, OWNER, RecordingSender, make_settings, pdf_group
+from tests.llm.conftest import RecordingSleep
 
 API_KEY = "sk-ant-test-very-secret-123"
 HELLO = [ChatMessage(role="user", content="hello")]
@@ -38,22 +39,7 @@ WEATHER_TOOL = {
 }
 
 
-class RecordingSleep:
-    """Stands in for asyncio.sleep: records each backoff wait and returns at once."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-
 MakeProvider = Callable[..., AnthropicProvider]
-
-
-@pytest.fixture
-def sleep() -> RecordingSleep:
-    return RecordingSleep()
 
 
 @pytest.fixture

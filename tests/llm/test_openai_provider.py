@@ -26,6 +26,7 @@ from tests.fakes.openai_server import (
     tool_call,
     tool_calls,
 )
+from tests.llm.conftest import RecordingSleep
 
 API_KEY = "sk-test-very-secret-123"
 HELLO = [ChatMessage(role="user", content="hello")]
@@ -39,22 +40,7 @@ WEATHER_TOOL = {
 }
 
 
-class RecordingSleep:
-    """Stands in for asyncio.sleep: records each backoff wait and returns at once."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-
 MakeProvider = Callable[..., OpenAIProvider]
-
-
-@pytest.fixture
-def sleep() -> RecordingSleep:
-    return RecordingSleep()
 
 
 @pytest.fixture

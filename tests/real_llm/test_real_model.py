@@ -1,0 +1,96 @@
+"""A real small model end to end, in both tool modes: only what such a model does reliably is asserted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.app import Bridge
+from bridge.events import Inbound
+from bridge.localmodel import MODEL_ALIAS
+from bridge.store.base import MessageRow
+from tests.harness import OWNER, RecordingSender, make_settings
+
+pytestmark = pytest.mark.real_llm
+MODES = ["native", "text"]
+MAX_ITERATIONS = 6
+
+
+async def one_turn(tmp_path: Path, base_url: str, mode: str, text: str) -> dict[str, Any]:
+    """A whole Bridge on the real server; one message; what the store and the sender saw."""
+    settings = make_settings(
+        tmp_path,
+        base_url,
+        llm={"model": MODEL_ALIAS, "tool_mode": mode, "timeout_s": 180, "max_retries": 1, "temperature": 0},
+        agent={"max_iterations": MAX_ITERATIONS, "history_max_chars": 16_000, "run_timeout_s": 600},
+    )
+    sender = RecordingSender()
+    async with Bridge(settings) as bridge:
+        bridge.add_sender(sender)
+        done = await bridge.handle(bridge_inbound(text))
+        assert done is not None
+        await asyncio.wait_for(done, 600)
+        session = await bridge.store.active_session("main")
+        assert session is not None
+        rows = await bridge.store.history(session.id, 100)
+        [(run, _key)] = await bridge.store.list_runs(session_key="main", limit=1)
+        trace = json.loads(await bridge.store.get_trace(run.id) or "{}")
+    return {"rows": rows, "run": run, "trace": trace, "replies": sender.of("reply")}
+
+
+def bridge_inbound(text: str) -> Inbound:
+    return Inbound("test", "dm", OWNER, OWNER, text, message_id="1")
+
+
+def calls(rows: list[MessageRow], name: str) -> list[MessageRow]:
+    return [r for r in rows if r.kind == "tool_call" and r.tool_name == name]
+
+
+def sent_tool_messages(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """Role-tool messages in the requests the model received (as stored: only what each one added)."""
+    return [
+        message
+        for step in trace["steps"]
+        if step["type"] == "model"
+        for message in step["request"].get("messages", [])
+        if message.get("role") == "tool"
+    ]
+
+
+def assert_ended_well(turn: dict[str, Any]) -> None:
+    run = turn["run"]
+    assert run.status in ("ok", "stopped"), (run.status, run.error)
+    assert run.iterations <= MAX_ITERATIONS
+    [reply] = turn["replies"]
+    assert reply.strip()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_asking_the_time_runs_get_current_time_and_ends_with_an_answer(
+    tmp_path: Path, local_servers: dict[str, str], mode: str
+) -> None:
+    turn = await one_turn(tmp_path, local_servers[mode], mode, "What time is it? Use your tool.")
+    [first, *_] = calls(turn["rows"], "get_current_time")
+    assert first.tool_status == "success"
+    assert sent_tool_messages(turn["trace"]), "the tool result never went back to the model"
+    assert_ended_well(turn)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_asking_for_sessions_loads_the_sessions_group(
+    tmp_path: Path, local_servers: dict[str, str], mode: str
+) -> None:
+    turn = await one_turn(
+        tmp_path,
+        local_servers[mode],
+        mode,
+        "List my chat sessions. First load the sessions tool group with load_tool_group.",
+    )
+    loads = calls(turn["rows"], "load_tool_group")
+    assert any(json.loads(r.tool_input or "{}").get("group_name") == "sessions" for r in loads), loads
+    assert sent_tool_messages(turn["trace"])
+    assert_ended_well(turn)
