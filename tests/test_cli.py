@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sqlite3
 import tomllib
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any
 from bridge.localmodel import MODEL_ALIAS
 from tests.corruption import damage
 from tests.fakes import openai_server as fake_replies
+from tests.fakes.loopback import closed_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.scripted_model import HistoryTrustingModel
 from tests.processes import start_bridge
@@ -67,13 +67,6 @@ def write_config(tmp_path: Path, base_url: str | None, **llm: Any) -> Path:
     path = tmp_path / "bridge.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def first_request_for(fake: FakeOpenAI, user_text: str) -> int:

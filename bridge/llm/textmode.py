@@ -235,8 +235,15 @@ def to_text_messages(
     return out
 
 
-def _results(messages: list[ChatMessage]) -> Iterator[str]:
-    return (m.content for m in messages if m.role == "tool")
+def _results(messages: list[ChatMessage]) -> list[str]:
+    return [m.content for m in messages if m.role == "tool"]
+
+
+def _with_text_call(completion: Completion, parsed: ParsedReply) -> Completion:
+    """The completion with the call found in its text as its one tool call, and the rest as its text."""
+    if parsed.call is None:
+        return completion
+    return dataclasses.replace(completion, content=parsed.text, tool_calls=(parsed.call,))
 
 
 class TextModeProvider:
@@ -257,16 +264,13 @@ class TextModeProvider:
 
     async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
         completion = await self.inner.complete(to_text_messages(messages, tools, self._result_role), [])
-        active = {schema.get("function", schema).get("name") for schema in tools}
+        allowed = _Allowed(tools, self._known)
         if completion.tool_calls:
             # A server that parsed calls natively anyway: still at most one, and only a permitted name.
-            native = next((c for c in completion.tool_calls if c.name in active or self._known(c.name)), None)
+            native = next((c for c in completion.tool_calls if c.name in allowed), None)
             return dataclasses.replace(completion, tool_calls=(native,) if native else ())
-        allowed = _Allowed(active, self._known)
-        parsed = parse_reply(completion.content, allowed, echoes=list(_results(messages)))
-        if parsed.call is None:
-            return completion
-        return dataclasses.replace(completion, content=parsed.text, tool_calls=(parsed.call,))
+        parsed = parse_reply(completion.content, allowed, echoes=_results(messages))
+        return _with_text_call(completion, parsed)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -284,23 +288,20 @@ class NativeModeProvider:
         if completion.tool_calls or not tools:
             # With no tools offered (a run's last request), text is only ever the answer.
             return completion
-        active = {schema.get("function", schema).get("name") for schema in tools}
-        allowed = _Allowed(active, self._known)
-        parsed = parse_leaked(completion.content, allowed, echoes=list(_results(messages)))
-        if parsed.call is None:
-            return completion
-        return dataclasses.replace(completion, content=parsed.text, tool_calls=(parsed.call,))
+        allowed = _Allowed(tools, self._known)
+        parsed = parse_leaked(completion.content, allowed, echoes=_results(messages))
+        return _with_text_call(completion, parsed)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
-@dataclass(frozen=True, slots=True)
 class _Allowed:
-    """Active tools plus those a group load would activate, as a membership test."""
+    """The offered tools plus those a group load would activate, as a membership test."""
 
-    active: set[Any]
-    known: Callable[[str], bool]
+    def __init__(self, tools: list[dict[str, Any]], known: Callable[[str], bool]) -> None:
+        self.active = {schema.get("function", schema).get("name") for schema in tools}
+        self.known = known
 
     def __contains__(self, name: object) -> bool:
         return name in self.active or (isinstance(name, str) and self.known(name))

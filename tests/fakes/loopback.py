@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
@@ -77,3 +78,10 @@ def _describe(predicate: Callable[[], bool]) -> str:
         return inspect.getsource(predicate).strip()
     except (OSError, TypeError):
         return getattr(predicate, "__qualname__", repr(predicate))
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on: bound, then closed, so connecting is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

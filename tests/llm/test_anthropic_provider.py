@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ from bridge.llm.factory import build_provider
 from bridge.llm.openai import OpenAIProvider
 from tests.fakes import anthropic_server as fake
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.loopback import closed_port
 from tests.harness import CORE_TOOLS, OWNER, RecordingSender, make_settings, pdf_group
 from tests.llm.conftest import RecordingSleep
 
@@ -70,13 +70,6 @@ async def make_provider(fake_anthropic: FakeAnthropic, sleep: RecordingSleep) ->
     yield make
     for provider in providers:
         await provider.aclose()
-
-
-def closed_port() -> int:
-    # Bind then close: nothing listens there afterwards, so connecting is refused.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def failure(provider: AnthropicProvider, messages: list[ChatMessage] | None = None) -> ProviderError:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
@@ -16,6 +15,7 @@ from bridge.config import LLMSettings
 from bridge.llm.base import ChatMessage, ProviderError, ToolCall
 from bridge.llm.openai import OpenAIProvider
 from bridge.llm.retry import parse_retry_after
+from tests.fakes.loopback import closed_port
 from tests.fakes.openai_server import (
     FakeOpenAI,
     Reply,
@@ -64,13 +64,6 @@ async def make_provider(fake_llm: FakeOpenAI, sleep: RecordingSleep) -> AsyncIte
     yield make
     for provider in providers:
         await provider.aclose()
-
-
-def closed_port() -> int:
-    # Bind then close: nothing listens there afterwards, so connecting is refused.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def failure(provider: OpenAIProvider, tools: list[dict[str, object]] | None = None) -> ProviderError:
