@@ -1,52 +1,69 @@
-"""A bounded in-memory copy of recently used active sessions, kept exact by the store's own writes."""
+"""A small, short-lived in-memory copy of recently used active sessions, kept exact by the store."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from bridge.store.base import SessionRow
 
 DEFAULT_SIZE = 2048
+# `bridge chat` and `bridge run` may share one database, and a /clear in one ends the session the
+# other holds: an entry is trusted for this long, so the other process sees the change within it.
+DEFAULT_MAX_AGE_S = 1.0
 
 
 class ActiveSessions:
-    """Active session rows by key, least recently used dropped first.
+    """Active session rows by key, least recently used dropped first, each trusted for max_age_s.
 
     A turn looks its session up several times (the run, the policy check of every send and edit), so
-    these lookups are served from memory. Only this process writes sessions, and the store updates
-    this copy in the same place it writes the row, so a hit is never stale. The bound keeps memory
-    flat however many chats there are: idle sessions live in SQLite.
+    these lookups are served from memory. This process's own writes update the copy where they write
+    the row, so within its age a hit is exact. The bound keeps memory flat however many chats there
+    are: idle sessions live in SQLite.
     """
 
-    def __init__(self, size: int = DEFAULT_SIZE) -> None:
+    def __init__(
+        self,
+        size: int = DEFAULT_SIZE,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.size = size
-        self._by_key: OrderedDict[str, SessionRow] = OrderedDict()
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._by_key: OrderedDict[str, tuple[SessionRow, float]] = OrderedDict()
         self._key_of: dict[str, str] = {}
 
     def get(self, key: str) -> SessionRow | None:
-        row = self._by_key.get(key)
-        if row is not None:
-            self._by_key.move_to_end(key)
+        entry = self._by_key.get(key)
+        if entry is None:
+            return None
+        row, stored = entry
+        if self._clock() - stored > self.max_age_s:
+            self._drop(key)
+            return None
+        self._by_key.move_to_end(key)
         return row
 
     def put(self, row: SessionRow) -> None:
         """`row` is now the active session of its key (replacing the one before it, if any)."""
-        old = self._by_key.pop(row.key, None)
-        if old is not None:
-            self._key_of.pop(old.id, None)
-        self._by_key[row.key] = row
+        self._drop(row.key)
+        self._by_key[row.key] = (row, self._clock())
         self._key_of[row.id] = row.key
         while len(self._by_key) > self.size:
-            _, dropped = self._by_key.popitem(last=False)
-            self._key_of.pop(dropped.id, None)
+            oldest = next(iter(self._by_key))
+            self._drop(oldest)
 
     def update(self, session_id: str, **changes: object) -> None:
         """Apply a write to a session by id, if it is held here."""
         key = self._key_of.get(session_id)
         if key is not None:
-            self._by_key[key] = dataclasses.replace(self._by_key[key], **changes)  # type: ignore[arg-type]
+            row, stored = self._by_key[key]
+            self._by_key[key] = (dataclasses.replace(row, **changes), stored)  # type: ignore[arg-type]
 
-    def clear(self) -> None:
-        self._by_key.clear()
-        self._key_of.clear()
+    def _drop(self, key: str) -> None:
+        entry = self._by_key.pop(key, None)
+        if entry is not None:
+            self._key_of.pop(entry[0].id, None)

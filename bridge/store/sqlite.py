@@ -56,9 +56,9 @@ def new_id() -> str:
 class SQLiteStore(SQLiteConnection):
     """Store on one aiosqlite connection: sessions, messages, runs, the outbox and memories."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, sessions: ActiveSessions | None = None) -> None:
         super().__init__(path)
-        self._active = ActiveSessions()
+        self._active = sessions or ActiveSessions()
 
     # ---------------------------------------------------------------- sessions
 
