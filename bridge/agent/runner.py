@@ -216,6 +216,15 @@ class AgentRunner:
             completion = await self._complete(
                 state, [ChatMessage("system", system), *state.messages], [t.schema() for t in tools]
             )
+            if completion.correction and not state.corrected:
+                # A call in the wrong format: the model is told how to write it and asked again. The
+                # exchange lives only in this run's messages (and its trace), never in history.
+                state.corrected = True
+                state.messages += [
+                    ChatMessage("assistant", completion.content),
+                    ChatMessage("user", completion.correction),
+                ]
+                continue
             if not completion.tool_calls:
                 reply = completion.content.strip() or "(The model returned an empty answer.)"
                 return RunResult(state.run_id, "ok", reply, iteration)
@@ -402,6 +411,7 @@ class _RunState:
     trace: RunTrace
     memories: list[str] = field(default_factory=list)
     iterations: int = 0
+    corrected: bool = False  # a malformed call was answered with a correction once already
     prompt_tokens: int = 0
     completion_tokens: int = 0
 

@@ -42,6 +42,9 @@ class Completion:
     raw: dict[str, Any] | None = None
     # The request body that produced this answer, as sent (for run traces).
     request: dict[str, Any] | None = None
+    # Set when the text looks like a tool call in the wrong format: what to tell the model so it can
+    # write it again properly. Nothing in such a reply runs.
+    correction: str | None = None
 
 
 class ProviderError(Exception):

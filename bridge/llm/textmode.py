@@ -12,6 +12,10 @@ from typing import Any, Literal
 
 from bridge.llm.base import ChatMessage, Completion, Provider, ToolCall
 
+FENCE_CORRECTION = (
+    "[Bridge: that was not run. To call a tool, write the JSON inside a fenced block that starts with "
+    "```json on its own line and ends with ``` on its own line.]"
+)
 # Output-only marker for tool results in the transcript: never a callable name, whatever the model echoes.
 RESERVED_NAMES = frozenset({"tool.result", "tool_result"})
 CALL_LABELS = frozenset({"json", "tool"})
@@ -269,7 +273,12 @@ class TextModeProvider:
             # A server that parsed calls natively anyway: still at most one, and only a permitted name.
             native = next((c for c in completion.tool_calls if c.name in allowed), None)
             return dataclasses.replace(completion, tool_calls=(native,) if native else ())
-        parsed = parse_reply(completion.content, allowed, echoes=_results(messages))
+        echoes = _results(messages)
+        parsed = parse_reply(completion.content, allowed, echoes=echoes)
+        if parsed.call is None and parse_leaked(completion.content, allowed, echoes=echoes).call is not None:
+            # A bare call object with no fence: never run (only a fenced block is a call), but close
+            # enough that the model is told how to write it, once (see AgentRunner._loop).
+            return dataclasses.replace(completion, correction=FENCE_CORRECTION)
         return _with_text_call(completion, parsed)
 
     async def aclose(self) -> None:

@@ -132,3 +132,32 @@ async def test_in_native_mode_a_call_the_server_left_in_the_text_still_runs(
     assert fake_llm.requests[1]["messages"][-1]["role"] == "tool"
     assert fake_llm.requests[1]["messages"][-2]["tool_calls"][0]["function"]["name"] == "get_current_time"
     assert h.sender.of("reply") == ["It is noon."]
+
+
+async def test_a_bare_call_object_is_not_run_but_the_model_is_told_once_how_to_write_it(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    bare = '{"tool_name": "get_current_time", "arguments": {}}'
+    fake_llm.push(
+        fake.text(bare),
+        fenced("get_current_time", {}),
+        fake.text("It is noon."),
+        fake.text(bare),
+        fake.text(bare),
+    )
+    async with running_bridge(tmp_path, fake_llm, llm=TEXT) as h:
+        await h.say("time?")
+        await h.say("and again?")
+        session = await h.bridge.store.active_session("main")
+        assert session is not None
+        rows = await h.bridge.store.history(session.id, 50)
+    correction = fake_llm.requests[1]["messages"][-2:]
+    assert correction[0] == {"role": "assistant", "content": bare}
+    assert correction[1]["role"] == "user" and "```json" in correction[1]["content"]
+    assert h.sender.of("reply")[0] == "It is noon."
+    # Told once per run: a second bare object is the answer as written, and nothing ran for it.
+    assert h.sender.of("reply")[1] == bare
+    assert len(fake_llm.requests) == 5
+    # The correction lived only in its run: history holds the question, the call, the answer.
+    assert [r.kind for r in rows][:4] == ["user", "tool_call", "tool_result", "assistant"]
+    assert not any("that was not run" in r.content for r in rows)
