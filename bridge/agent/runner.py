@@ -66,6 +66,8 @@ class RunResult:
     reply: str
     iterations: int = 0
     loaded_groups: set[str] = field(default_factory=set)
+    # Why a run was cut short (runs.error), when its reply is the model's last answer rather than that.
+    stop_reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -199,7 +201,11 @@ class AgentRunner:
         answer = result.reply if result.status in ("ok", "stopped") else None
         await asyncio.shield(
             self._finish(
-                state, result.status, None if result.status == "ok" else result.reply, answer, ctx.session.id
+                state,
+                result.status,
+                None if result.status == "ok" else result.stop_reason or result.reply,
+                answer,
+                ctx.session.id,
             )
         )
         return result
@@ -281,10 +287,10 @@ class AgentRunner:
         try:
             completion = await self._complete(state, messages, [], final=True)
         except ProviderError:
-            return RunResult(state.run_id, "stopped", fallback, state.iterations)
+            return RunResult(state.run_id, "stopped", fallback, state.iterations, stop_reason=fallback)
         # Offered no tools, a model may still write a call; only its text can be the answer.
         answer = completion.content.strip()
-        return RunResult(state.run_id, "stopped", answer or fallback, state.iterations)
+        return RunResult(state.run_id, "stopped", answer or fallback, state.iterations, stop_reason=fallback)
 
     async def _complete(
         self,

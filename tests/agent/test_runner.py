@@ -72,6 +72,7 @@ async def test_an_immediately_repeated_call_ends_the_loop_with_one_request_for_a
     assert [r.tool_status for r in rows if r.kind == "tool_call"] == ["success"]
     assert rows[-1].kind == "assistant" and rows[-1].content == "It is now."
     assert run is not None and run.status == "stopped"
+    assert run.error is not None and "kept calling `get_current_time`" in run.error
     assert trace["steps"][-1]["final_without_tools"] is True
 
 
