@@ -88,15 +88,21 @@ def parse_leaked(text: str, allowed: Collection[str], *, echoes: Collection[str]
     inside prose is never a call.
     """
     parsed = parse_reply(text, allowed, echoes=echoes)
-    body = text.strip()
-    if parsed.call is not None or not (body.startswith("{") and body.endswith("}")):
+    if parsed.call is not None:
         return parsed
+    bare = _bare_call(text, allowed, echoes)
+    return ParsedReply(bare, "") if bare is not None else parsed
+
+
+def _bare_call(text: str, allowed: Collection[str], echoes: Collection[str]) -> ToolCall | None:
+    """The call when the whole text is one unfenced call object naming an allowed tool; else None."""
+    body = text.strip()
+    if not (body.startswith("{") and body.endswith("}")) or any(body in echo for echo in echoes):
+        return None
     found = _as_call(body)
     if found is None or found[0] in RESERVED_NAMES or found[0] not in allowed:
-        return parsed
-    if any(body in echo for echo in echoes):
-        return parsed
-    return ParsedReply(ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=found[0], arguments=found[1]), "")
+        return None
+    return ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=found[0], arguments=found[1])
 
 
 def _as_call(body: str) -> tuple[str, str] | None:
@@ -275,7 +281,7 @@ class TextModeProvider:
             return dataclasses.replace(completion, tool_calls=(native,) if native else ())
         echoes = _results(messages)
         parsed = parse_reply(completion.content, allowed, echoes=echoes)
-        if parsed.call is None and parse_leaked(completion.content, allowed, echoes=echoes).call is not None:
+        if parsed.call is None and _bare_call(completion.content, allowed, echoes) is not None:
             # A bare call object with no fence: never run (only a fenced block is a call), but close
             # enough that the model is told how to write it, once (see AgentRunner._loop).
             return dataclasses.replace(completion, correction=FENCE_CORRECTION)
