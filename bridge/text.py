@@ -1,4 +1,4 @@
-"""Platform-neutral splitting of long messages into chunks that fit a platform's length limit."""
+"""Platform-neutral text handling: splitting long messages to fit a platform's limit, scrubbing bad text."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["MIN_LIMIT", "split_message", "utf16_len"]
+__all__ = ["MIN_LIMIT", "scrub", "split_message", "utf16_len"]
 
 # The smallest limit split_message accepts. A chunk cut inside a code block needs a reopening fence
 # line and a closing one: "```\n" + ... + "\n```" is 8 units of overhead, and fence overhead may take
@@ -28,6 +28,19 @@ def utf16_len(text: str) -> int:
     """The length in UTF-16 code units, as Telegram counts it: a character outside the BMP counts 2."""
     # surrogatepass so that text which already holds surrogate code units is measured, not rejected.
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def scrub(text: str) -> str:
+    """The text with every unpaired UTF-16 surrogate replaced by U+FFFD, and split pairs joined.
+
+    JSON from a platform or a model may hold "\\ud800" escapes that decode to lone surrogates: no
+    UTF-8 encoder (SQLite, httpx, a terminal) accepts them, so one would cost the whole message.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def split_message(text: str, limit: int, measure: Measure = len) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -100,7 +101,10 @@ class RunRow:
     input_upto: int | None = None
 
 
-OutboxState = Literal["pending", "sent", "suppressed", "failed"]
+# pending: never handed to a platform. sending: handed over, no answer yet; a crash there leaves it
+# uncertain (the platform may have it). sent, suppressed (by the send policy) and failed are final.
+OutboxState = Literal["pending", "sending", "sent", "suppressed", "failed", "uncertain"]
+OPEN_STATES: tuple[OutboxState, ...] = ("pending", "sending")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,12 @@ class OutboxItem:
     run_id: str | None = None
     reason: str | None = None
     dedupe_key: str | None = None
+    # Chunk `part` of an item sent as `parts` platform messages; each chunk is a row of its own.
+    part: int = 0
+    parts: int = 1
+    # Sent with the chunk where the platform dedupes by it (Discord's enforce_nonce); kept across
+    # restarts so a resend after a crash is dropped by the platform itself.
+    nonce: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +146,22 @@ class RunContext:
     rows: list[MessageRow]
     loaded_groups: set[str]
     memories: list[str]
+    # The newest user message any run of the session has taken up (0: none); a newer one is unanswered.
+    answered_upto: int = 0
+
+
+# Builds the notices for runs a crash left 'running' (the run, its session, the text it answered); they
+# are written in the transaction that marks the runs aborted, so a second crash cannot lose them.
+InterruptedNotices = Callable[[RunRow, SessionRow | None, str | None], list[OutboxItem]]
+
+
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """An active session whose newest message from a person no run has taken up yet."""
+
+    session: SessionRow
+    message_id: int
+    platform_msg_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,20 +232,31 @@ class Store(Protocol):
         error: str | None = None,
         trace: str | None = None,
         reply: tuple[str, str] | None = None,
-    ) -> None:
-        """Close a run; `reply` (session id, text) is stored as its answer in the same transaction."""
+        outbox: Collection[OutboxItem] = (),
+    ) -> list[int]:
+        """Close a run; `reply` (session id, text) is stored as its answer and `outbox` is queued, all in
+        one transaction: a crash leaves the answer with its delivery rows, or neither. The rows' ids."""
         ...
 
     async def get_run(self, run_id: str) -> RunRow | None: ...
     async def get_trace(self, run_id: str) -> str | None: ...
     async def prune_traces(self, keep: int) -> int: ...
     async def list_runs(self, *, session_key: str | None, limit: int) -> list[tuple[RunRow, str]]: ...
-    async def abort_interrupted_runs(self) -> list[RunRow]: ...
+    async def abort_interrupted_runs(self, notices: InterruptedNotices | None = None) -> list[RunRow]: ...
+    async def unanswered(self) -> list[Unanswered]:
+        """Active sessions with a message from a person that no run took up (queued at a stop or crash)."""
+        ...
+
+    async def skip_unanswered(self, session_id: str, reason: str) -> bool:
+        """Mark the session's unanswered messages as taken up by a cancelled run (e.g. /stop dropped them)."""
+        ...
+
     async def backup(self, target: Path) -> None: ...
 
     # outbox
-    async def add_outbox(self, item: OutboxItem) -> int | None:
-        """Write an item down; None when its dedupe_key was written before (never send twice)."""
+    async def add_outbox(self, *items: OutboxItem) -> list[int]:
+        """Write items down in one transaction, with their ids; [] when a dedupe_key was written before
+        (never send twice)."""
         ...
 
     async def mark_outbox(
@@ -232,7 +269,7 @@ class Store(Protocol):
     ) -> None: ...
     async def count_outbox(self, session: SessionRow, state: OutboxState) -> int: ...
     async def outbox(
-        self, *, session_id: str | None = None, state: OutboxState | None = None
+        self, *, session_id: str | None = None, state: OutboxState | Collection[OutboxState] | None = None
     ) -> list[OutboxRow]: ...
 
     # memories

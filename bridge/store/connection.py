@@ -112,14 +112,21 @@ class SQLiteConnection:
         backup() and iterdump() use, and the version range in pyproject.toml is pinned.
         """
         db = self.db
-        return await db._execute(_atomically, db._conn, work)
+        try:
+            return await db._execute(_atomically, db._conn, work)
+        except sqlite3.OperationalError as exc:
+            # Locked, full, read-only or gone: the store can't be used right now, whatever the caller.
+            raise StoreError(f"database {self.path}: {exc}") from exc
 
     async def _read(self, work: Work[T], *, snapshot: bool = False) -> T:
         """Run reads in one trip to the connection's thread; with `snapshot`, all see one state."""
         db = self.db
-        if snapshot:
-            return await db._execute(_snapshot, db._conn, work)
-        return await db._execute(work, db._conn)
+        try:
+            if snapshot:
+                return await db._execute(_snapshot, db._conn, work)
+            return await db._execute(work, db._conn)
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"database {self.path}: {exc}") from exc
 
     async def _scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
         rows = await self._rows(sql, params)
@@ -127,7 +134,27 @@ class SQLiteConnection:
 
     async def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         # One trip: execute, fetch and close together (a cursor would cost three).
-        return list(await self.db.execute_fetchall(sql, tuple(params)))
+        try:
+            return list(await self.db.execute_fetchall(sql, tuple(params)))
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"database {self.path}: {exc}") from exc
+
+
+async def _connect(path: Path, what: str) -> aiosqlite.Connection:
+    """An aiosqlite connection to `path` (its folder made first); StoreError naming the path if not."""
+    if str(path) != ":memory:":
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot {what} {path}: cannot create its folder ({exc.strerror})") from None
+    connecting = aiosqlite.connect(path, isolation_level=None)
+    try:
+        return await connecting
+    except sqlite3.Error as exc:
+        # aiosqlite has queued the stop of its thread; let it finish while this loop still runs, or
+        # it reports "Event loop is closed" from that thread after our error is printed.
+        await asyncio.to_thread(connecting._thread.join)
+        raise StoreError(f"cannot {what} {path}: {exc}") from None
 
 
 def _snapshot(conn: sqlite3.Connection, work: Work[T]) -> T:

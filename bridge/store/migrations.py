@@ -106,6 +106,48 @@ MIGRATIONS: tuple[str, ...] = (
     -- The key of the session whose agent wrote this 'user' message; NULL when a human wrote it.
     ALTER TABLE messages ADD COLUMN via_session TEXT;
     """,
+    # 4: each chunk of an item is a row of its own, a send in flight is 'sending' (after a crash it is
+    # 'uncertain' or resent), and a chunk keeps the nonce a platform dedupes resends by (Discord).
+    # SQLite cannot change a CHECK constraint in place, so the table is rebuilt.
+    """
+    CREATE TABLE outbox_v4 (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_key     TEXT,
+        session_id      TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+        run_id          TEXT,
+        kind            TEXT NOT NULL,
+        surface         TEXT NOT NULL,
+        chat_id         TEXT NOT NULL,
+        thread_id       TEXT,
+        reply_to        TEXT,
+        text            TEXT NOT NULL,
+        state           TEXT NOT NULL CHECK (
+            state IN ('pending', 'sending', 'sent', 'suppressed', 'failed', 'uncertain')
+        ),
+        reason          TEXT,
+        platform_msg_id TEXT,
+        dedupe_key      TEXT,
+        -- Chunk `part` (from 0) of an item sent as `parts` messages; the rows of one item are
+        -- written together, so their ids are consecutive and the item's first row is id - part.
+        part            INTEGER NOT NULL DEFAULT 0,
+        parts           INTEGER NOT NULL DEFAULT 1,
+        nonce           TEXT,
+        created_at      REAL NOT NULL,
+        updated_at      REAL NOT NULL
+    );
+    INSERT INTO outbox_v4 (id, session_key, session_id, run_id, kind, surface, chat_id, thread_id,
+        reply_to, text, state, reason, platform_msg_id, dedupe_key, created_at, updated_at)
+        SELECT id, session_key, session_id, run_id, kind, surface, chat_id, thread_id, reply_to, text,
+        state, reason, platform_msg_id, dedupe_key, created_at, updated_at FROM outbox;
+    DROP TABLE outbox;
+    ALTER TABLE outbox_v4 RENAME TO outbox;
+    CREATE UNIQUE INDEX outbox_once ON outbox (dedupe_key, part) WHERE dedupe_key IS NOT NULL;
+    CREATE INDEX outbox_by_session ON outbox (session_key, state);
+    -- What a restart must still deliver: never sent, or in flight when the process died.
+    CREATE INDEX outbox_open ON outbox (id) WHERE state IN ('pending', 'sending');
+    -- How far a session's messages have been taken up by runs: one index seek per turn.
+    CREATE INDEX runs_answered ON runs (session_id, input_upto);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

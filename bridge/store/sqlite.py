@@ -1,4 +1,4 @@
-"""The SQLite store: sessions, messages, runs, the outbox and memories, on SQLiteConnection."""
+"""The SQLite store: sessions, messages, runs and memories, on the outbox table and SQLiteConnection."""
 
 from __future__ import annotations
 
@@ -7,23 +7,26 @@ import json
 import random
 import sqlite3
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from bridge.store.base import (
+    InterruptedNotices,
     MessageRow,
     OutboxItem,
-    OutboxRow,
-    OutboxState,
     RunContext,
     RunRow,
     SessionMeta,
     SessionRow,
     SessionSummary,
     ToolExchange,
+    Unanswered,
 )
 from bridge.store.cache import ActiveSessions
-from bridge.store.connection import SQLiteConnection, T, Work
+from bridge.store.connection import T, Work
+from bridge.store.outbox import OutboxTable, insert_outbox
+from bridge.text import scrub
 
 _SESSION_COLS = (
     "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route, "
@@ -44,7 +47,6 @@ _META_FIELDS = tuple(f.name for f in dataclasses.fields(SessionMeta))
 
 
 _ids = random.Random()  # seeded from os.urandom, once
-_OUTBOX_FIELDS = tuple(f.name for f in dataclasses.fields(OutboxItem))
 
 
 def new_id() -> str:
@@ -53,7 +55,7 @@ def new_id() -> str:
     return f"{_ids.getrandbits(64):016x}"
 
 
-class SQLiteStore(SQLiteConnection):
+class SQLiteStore(OutboxTable):
     """Store on one aiosqlite connection: sessions, messages, runs, the outbox and memories."""
 
     def __init__(self, path: Path | str, *, sessions: ActiveSessions | None = None) -> None:
@@ -244,6 +246,7 @@ class SQLiteStore(SQLiteConnection):
                 _history(conn, session_id, history_limit, False),
                 _loaded_groups(conn, session_id),
                 _memories(conn, memory_scope, memory_limit) if memory_limit else [],
+                _answered_upto(conn, session_id),
             )
 
         return await self._read(read, snapshot=True)
@@ -277,21 +280,31 @@ class SQLiteStore(SQLiteConnection):
         error: str | None = None,
         trace: str | None = None,
         reply: tuple[str, str] | None = None,
-    ) -> None:
-        def finish(conn: sqlite3.Connection) -> None:
+        outbox: Collection[OutboxItem] = (),
+    ) -> list[int]:
+        def finish(conn: sqlite3.Connection) -> list[int]:
             if reply is not None:
-                # The answer and the run's status together: a crash leaves both or neither.
+                # The answer, the run's status and the reply's delivery rows together: a crash leaves
+                # all of them or none, never an answer that nobody will send.
                 _insert_message(conn, reply[0], "assistant", reply[1], run_id=run_id)
             conn.execute(
                 "UPDATE runs SET status = ?, ended_at = ?, iterations = ?, prompt_tokens = ?, "
                 "completion_tokens = ?, error = ?, trace = ? WHERE id = ?",
-                (status, time.time(), iterations, prompt_tokens, completion_tokens, error, trace, run_id),
+                (
+                    status,
+                    time.time(),
+                    iterations,
+                    prompt_tokens,
+                    completion_tokens,
+                    *_scrubbed(error, trace),
+                    run_id,
+                ),
             )
+            return insert_outbox(conn, outbox)
 
         if reply is None:
-            await self._write(finish)
-        else:
-            await self._add(reply[0], finish)
+            return await self._write(finish)
+        return await self._add(reply[0], finish)
 
     async def get_trace(self, run_id: str) -> str | None:
         return await self._scalar("SELECT trace FROM runs WHERE id = ?", (run_id,))
@@ -318,92 +331,68 @@ class SQLiteStore(SQLiteConnection):
         )
         return [(RunRow(*row[:-1]), row[-1]) for row in rows]
 
-    async def abort_interrupted_runs(self) -> list[RunRow]:
-        """Runs a crash left 'running' become 'aborted'; they are returned so their chats can be told."""
-        rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE status = 'running' ORDER BY started_at")
-        if rows:
-            await self._write(
-                lambda conn: conn.execute(
-                    "UPDATE runs SET status = 'aborted', ended_at = ?, "
-                    "error = 'interrupted: Bridge stopped during this run' WHERE status = 'running'",
-                    (time.time(),),
+    async def abort_interrupted_runs(self, notices: InterruptedNotices | None = None) -> list[RunRow]:
+        """Runs a crash left 'running' become 'aborted', and the notices `notices` builds for them are
+        queued in the same transaction; the runs are returned."""
+
+        def abort(conn: sqlite3.Connection) -> list[RunRow]:
+            runs = [
+                RunRow(*row)
+                for row in conn.execute(
+                    f"SELECT {_RUN_COLS} FROM runs WHERE status = 'running' ORDER BY started_at"
                 )
+            ]
+            if not runs:
+                return runs
+            conn.execute(
+                "UPDATE runs SET status = 'aborted', ended_at = ?, "
+                "error = 'interrupted: Bridge stopped during this run' WHERE status = 'running'",
+                (time.time(),),
             )
-        return [RunRow(*row) for row in rows]
+            for run in runs if notices is not None else ():
+                found = conn.execute(
+                    f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ?", (run.session_id,)
+                ).fetchone()
+                asked = conn.execute(
+                    "SELECT content FROM messages WHERE id = ? AND session_id = ?",
+                    (run.input_upto, run.session_id),
+                ).fetchone()
+                insert_outbox(conn, notices(run, SessionRow(*found) if found else None, asked and asked[0]))
+            return runs
+
+        return await self._write(abort)
+
+    async def unanswered(self) -> list[Unanswered]:
+        rows = await self._rows(
+            f"SELECT {', '.join('s.' + c.strip() for c in _SESSION_COLS.split(','))}, m.id, "
+            "m.platform_msg_id FROM sessions s JOIN messages m ON m.id = (SELECT MAX(id) FROM messages "
+            "WHERE session_id = s.id AND kind = 'user' AND via_session IS NULL) "
+            "WHERE s.ended_at IS NULL AND m.id > COALESCE((SELECT MAX(input_upto) FROM runs "
+            "WHERE session_id = s.id), 0) AND NOT EXISTS (SELECT 1 FROM messages a "
+            "WHERE a.session_id = s.id AND a.kind = 'assistant' AND a.id > m.id) ORDER BY m.id"
+        )
+        return [Unanswered(SessionRow(*row[:-2]), row[-2], row[-1]) for row in rows]
+
+    async def skip_unanswered(self, session_id: str, reason: str) -> bool:
+        def skip(conn: sqlite3.Connection) -> bool:
+            newest = conn.execute(
+                "SELECT MAX(id) FROM messages WHERE session_id = ? AND kind = 'user'", (session_id,)
+            ).fetchone()[0]
+            if newest is None or newest <= _answered_upto(conn, session_id):
+                return False
+            now = time.time()
+            conn.execute(
+                "INSERT INTO runs (id, session_id, status, input_upto, started_at, ended_at, error) "
+                "VALUES (?, ?, 'cancelled', ?, ?, ?, ?)",
+                (new_id(), session_id, newest, now, now, reason),
+            )
+            return True
+
+        return await self._write(skip)
 
     async def get_run(self, run_id: str) -> RunRow | None:
         rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,))
         return RunRow(*rows[0]) if rows else None
-
-    # ---------------------------------------------------------------- outbox
-
-    async def add_outbox(self, item: OutboxItem) -> int | None:
-        # Shallow on purpose: the fields are plain values, and asdict's deep copy showed up in profiles.
-        values = {name: getattr(item, name) for name in _OUTBOX_FIELDS}
-        now = time.time()
-        columns = [*values, "created_at", "updated_at"]
-        try:
-            cursor = await self._write(
-                lambda conn: conn.execute(
-                    f"INSERT INTO outbox ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                    (*values.values(), now, now),
-                )
-            )
-        except sqlite3.IntegrityError as exc:
-            if item.dedupe_key is not None and "dedupe_key" in str(exc):
-                return None
-            raise
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
-
-    async def mark_outbox(
-        self,
-        item_id: int,
-        state: OutboxState,
-        *,
-        platform_msg_id: str | None = None,
-        reason: str | None = None,
-    ) -> None:
-        await self._write(
-            lambda conn: conn.execute(
-                "UPDATE outbox SET state = ?, platform_msg_id = COALESCE(?, platform_msg_id), "
-                "reason = COALESCE(?, reason), updated_at = ? WHERE id = ?",
-                (state, platform_msg_id, reason, time.time(), item_id),
-            )
-        )
-
-    async def count_outbox(self, session: SessionRow, state: OutboxState) -> int:
-        # Items sent before a chat had a session (a command's answer, a refusal) carry only the key:
-        # they count for the session that follows them, not for one that ended before them.
-        return int(
-            await self._scalar(
-                "SELECT COUNT(*) FROM outbox WHERE session_key = ? AND state = ? AND (session_id = ? OR "
-                "(session_id IS NULL AND created_at >= COALESCE((SELECT MAX(ended_at) FROM sessions "
-                "WHERE key = ? AND ended_at IS NOT NULL), 0)))",
-                (session.key, state, session.id, session.key),
-            )
-        )
-
-    async def outbox(
-        self, *, session_id: str | None = None, state: OutboxState | None = None
-    ) -> list[OutboxRow]:
-        fields = [f.name for f in dataclasses.fields(OutboxItem)]
-        where, params = ["1 = 1"], []
-        if session_id is not None:
-            where.append("session_id = ?")
-            params.append(session_id)
-        if state is not None:
-            where.append("state = ?")
-            params.append(state)
-        rows = await self._rows(
-            f"SELECT id, platform_msg_id, created_at, {', '.join(fields)} FROM outbox "
-            f"WHERE {' AND '.join(where)} ORDER BY id",
-            params,
-        )
-        return [
-            OutboxRow(row[0], OutboxItem(**dict(zip(fields, row[3:], strict=True))), row[1], row[2])
-            for row in rows
-        ]
 
     # ---------------------------------------------------------------- memories
 
@@ -433,7 +422,19 @@ def _insert_session(conn: sqlite3.Connection, key: str, meta: SessionMeta | None
     return row
 
 
+def _scrubbed(*texts: str | None) -> list[str | None]:
+    return [None if text is None else scrub(text) for text in texts]
+
+
+def _answered_upto(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute("SELECT MAX(input_upto) FROM runs WHERE session_id = ?", (session_id,)).fetchone()
+    return int(row[0] or 0)
+
+
 def _insert_message(conn: sqlite3.Connection, session_id: str, kind: str, content: str, **fields: Any) -> int:
+    # The one way text enters history: a lone surrogate would make SQLite refuse the whole write.
+    content = scrub(content)
+    fields = {name: scrub(value) if isinstance(value, str) else value for name, value in fields.items()}
     now = time.time()
     columns = ["session_id", "kind", "content", "created_at", *fields]
     cursor = conn.execute(

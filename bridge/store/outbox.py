@@ -1,0 +1,92 @@
+"""The outbox table: every item the bot means to send, one row per chunk, and its delivery state."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from collections.abc import Collection
+
+from bridge.store.base import OutboxItem, OutboxRow, OutboxState, SessionRow
+from bridge.store.connection import SQLiteConnection
+from bridge.text import scrub
+
+_OUTBOX_FIELDS = tuple(f.name for f in dataclasses.fields(OutboxItem))
+_OUTBOX_TEXT = _OUTBOX_FIELDS.index("text")
+
+
+class OutboxTable(SQLiteConnection):
+    """Writes and reads outbox rows; the store writes them in its own transactions too (insert_outbox)."""
+
+    async def add_outbox(self, *items: OutboxItem) -> list[int]:
+        try:
+            return await self._write(lambda conn: insert_outbox(conn, items))
+        except sqlite3.IntegrityError as exc:
+            if "dedupe_key" in str(exc):
+                return []
+            raise
+
+    async def mark_outbox(
+        self,
+        item_id: int,
+        state: OutboxState,
+        *,
+        platform_msg_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        await self._write(
+            lambda conn: conn.execute(
+                "UPDATE outbox SET state = ?, platform_msg_id = COALESCE(?, platform_msg_id), "
+                "reason = COALESCE(?, reason), updated_at = ? WHERE id = ?",
+                (state, platform_msg_id, reason, time.time(), item_id),
+            )
+        )
+
+    async def count_outbox(self, session: SessionRow, state: OutboxState) -> int:
+        # Items sent before a chat had a session (a command's answer, a refusal) carry only the key:
+        # they count for the session that follows them, not for one that ended before them.
+        return int(
+            await self._scalar(
+                "SELECT COUNT(*) FROM outbox WHERE session_key = ? AND state = ? AND (session_id = ? OR "
+                "(session_id IS NULL AND created_at >= COALESCE((SELECT MAX(ended_at) FROM sessions "
+                "WHERE key = ? AND ended_at IS NOT NULL), 0)))",
+                (session.key, state, session.id, session.key),
+            )
+        )
+
+    async def outbox(
+        self, *, session_id: str | None = None, state: OutboxState | Collection[OutboxState] | None = None
+    ) -> list[OutboxRow]:
+        where, params = ["1 = 1"], []
+        if session_id is not None:
+            where.append("session_id = ?")
+            params.append(session_id)
+        if state is not None:
+            states = [state] if isinstance(state, str) else list(state)
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            params.extend(states)
+        rows = await self._rows(
+            f"SELECT id, platform_msg_id, created_at, {', '.join(_OUTBOX_FIELDS)} FROM outbox "
+            f"WHERE {' AND '.join(where)} ORDER BY id",
+            params,
+        )
+        return [
+            OutboxRow(row[0], OutboxItem(**dict(zip(_OUTBOX_FIELDS, row[3:], strict=True))), row[1], row[2])
+            for row in rows
+        ]
+
+
+def insert_outbox(conn: sqlite3.Connection, items: Collection[OutboxItem]) -> list[int]:
+    """Insert delivery rows in order; ids of one call are consecutive (one writer, one transaction)."""
+    now = time.time()
+    columns = [*_OUTBOX_FIELDS, "created_at", "updated_at"]
+    sql = f"INSERT INTO outbox ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    ids = []
+    for item in items:
+        # Shallow on purpose: the fields are plain values, and asdict's deep copy showed up in profiles.
+        values = [getattr(item, name) for name in _OUTBOX_FIELDS]
+        values[_OUTBOX_TEXT] = scrub(values[_OUTBOX_TEXT])
+        cursor = conn.execute(sql, (*values, now, now))
+        assert cursor.lastrowid is not None
+        ids.append(cursor.lastrowid)
+    return ids
