@@ -17,7 +17,15 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
 from bridge.config import DiscordSettings, Settings
-from bridge.events import AdapterStartError, ChatType, Inbound, InboundHandler, Outbound, Route
+from bridge.events import (
+    AdapterStartError,
+    ChatType,
+    Inbound,
+    InboundHandler,
+    IntakeUnavailable,
+    Outbound,
+    Route,
+)
 from bridge.gateway.commands import COMMANDS
 from bridge.text import split_message
 
@@ -26,6 +34,9 @@ log = logging.getLogger(__name__)
 TEXT_LIMIT = 2000
 SEND_ATTEMPTS = 4
 READY_TIMEOUT_S = 60.0
+# A message the store could not take is offered again for about a minute before it is given up.
+INTAKE_ATTEMPTS = 8
+INTAKE_BACKOFF_CAP_S = 15.0
 _COMMAND_NAMES = frozenset(name for name, _ in COMMANDS)
 _CHAT_MESSAGE_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 
@@ -49,6 +60,9 @@ class DiscordAdapter:
     text_limit = TEXT_LIMIT
     # Discord allows 5 edits per 5 s per channel; one a second leaves room for the replies.
     min_edit_interval_s = 1.0
+    # A create with a nonce Discord has seen from us in the last minutes returns that message instead
+    # of posting again (enforce_nonce), so a chunk cut short by a crash can be sent again safely.
+    dedupes_by_nonce = True
 
     def __init__(
         self,
@@ -129,11 +143,32 @@ class DiscordAdapter:
     # ------------------------------------------------------------------ inbound
 
     async def _on_message(self, message: discord.Message) -> None:
+        """Hand one gateway message to the core. Discord never delivers an event again, so a store that
+        is briefly unavailable is waited out here; a message that can't be handled is logged once."""
         if self._handler is None:
             return
-        inbound = self.normalize(message)
-        if inbound is not None:
-            await self._handler(inbound)
+        try:
+            inbound = self.normalize(message)
+            if inbound is None:
+                return
+            for attempt in range(1, INTAKE_ATTEMPTS + 1):
+                try:
+                    await self._handler(inbound)
+                    return
+                except IntakeUnavailable as exc:
+                    if attempt == INTAKE_ATTEMPTS:
+                        raise
+                    wait = min(INTAKE_BACKOFF_CAP_S, 0.5 * 2 ** (attempt - 1))
+                    log.warning(
+                        "Discord: message %s not stored yet (%s); again in %.1f s", message.id, exc, wait
+                    )
+                    await self._sleep(wait)
+        except Exception:
+            log.exception(
+                "Discord: message %s in channel %s could not be handled; skipped",
+                message.id,
+                message.channel.id,
+            )
 
     def normalize(self, message: discord.Message) -> Inbound | None:
         """A Discord message as an Inbound, or None when the bot should not look at it."""
@@ -192,32 +227,39 @@ class DiscordAdapter:
 
     # ------------------------------------------------------------------ outbound
 
+    def split(self, kind: str, text: str) -> list[str]:
+        """The pieces an item is sent as, one Discord message each."""
+        return split_message(text, TEXT_LIMIT)
+
     async def send(self, item: Outbound) -> str | None:
         channel = self.client.get_partial_messageable(int(item.route.chat_id))
         ids: list[int] = []
-        for index, chunk in enumerate(split_message(item.text, TEXT_LIMIT)):
+        # One piece when the core split it already (it stores each chunk as a row of its own).
+        for index, chunk in enumerate(self.split(item.kind, item.text)):
             extra: dict[str, Any] = {}
             if index == 0 and item.route.reply_to is not None:
                 extra["reference"] = discord.MessageReference(
                     message_id=int(item.route.reply_to), channel_id=channel.id, fail_if_not_exists=False
                 )
                 extra["mention_author"] = False
-            sent = await self._send_once(channel, chunk, extra)
+            # The stored nonce for the core's chunk, so a resend after a restart is the same create.
+            nonce = item.nonce if index == 0 and item.nonce else secrets.token_hex(8)
+            sent = await self._send_once(channel, chunk, nonce, extra)
             ids.append(sent.id)
         if not ids:
             return None
         return str(ids[0] if item.kind == "activity" else ids[-1])
 
     async def _send_once(
-        self, channel: discord.PartialMessageable, chunk: str, extra: dict[str, Any]
+        self, channel: discord.PartialMessageable, chunk: str, nonce: str, extra: dict[str, Any]
     ) -> discord.Message:
         """Send one chunk, retrying lost connections and 5xx with the same nonce.
 
-        With a nonce and enforce_nonce, Discord answers a repeated create with the message it already
-        made, so a retry after a request that did arrive never posts the chunk twice. discord.py
-        retries 500/502/504 itself (with that same payload); this covers dropped connections and 503.
+        With a nonce and enforce_nonce (discord.py sets it whenever a nonce is given), Discord answers a
+        repeated create with the message it already made, so a retry after a request that did arrive
+        never posts the chunk twice. discord.py retries 500/502/504 itself (with that same payload);
+        this covers dropped connections and 503.
         """
-        nonce = secrets.token_hex(8)
         for attempt in range(1, SEND_ATTEMPTS + 1):
             try:
                 return await channel.send(

@@ -78,7 +78,7 @@ class Bridge:
         self.lanes = Lanes(settings.runs.max_concurrent_runs)
         self.policy = SendPolicy(settings.session.send_policy)
         self.gate = PolicyGate(self.policy, self.store)
-        self.delivery = Delivery(self.gate, self.store)
+        self.delivery = Delivery(self.gate, self.store, resend_uncertain=settings.delivery.resend_uncertain)
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider)
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
@@ -108,8 +108,9 @@ class Bridge:
     async def start(self) -> None:
         await self.store.open()
         try:
-            # Runs a crash cut short: closed now, their chats told once the adapters are up (recover()).
-            self.interrupted = await self.store.abort_interrupted_runs()
+            # Runs a crash cut short are closed, and their notices queued in the same transaction: a
+            # second crash before they go out cannot lose them. recover() sends them.
+            self.interrupted = await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)
             if self.settings.runs.keep_traces:
                 await self.store.prune_traces(self.settings.runs.keep_traces)
         except BaseException:
@@ -118,32 +119,46 @@ class Bridge:
             raise
 
     async def recover(self) -> None:
-        """After a crash: deliver what was left pending, and tell each chat whose answer was cut short."""
-        # First what a crash left unsent (answers come before news of the interruption)...
-        await self.delivery.deliver_pending()
-        interrupted, self.interrupted = self.interrupted, []
-        for run in interrupted:
-            await self.dispatcher.tell_interrupted(run)
+        """Once the adapters are up: deliver what a crash left unsent (answers, then the news of runs it
+        cut short), then answer messages that were stored but never taken up by a run."""
+        # Queued first, so in each chat they go before anything the resumed answers send.
+        undelivered = await self.delivery.recover()
+        await self.dispatcher.resume()
+        await asyncio.gather(*undelivered, return_exceptions=True)
 
-    async def shutdown(self) -> None:
-        """Take no new work; let answers in progress finish for up to [runs] shutdown_grace_s.
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Take no new work; let answers in progress finish and be delivered for up to the grace period.
 
-        Adapters are still up meanwhile, so those answers are delivered. What is still running
-        after the grace period is stopped by stop(), and its chat told (see Dispatcher._run).
+        Messages still waiting behind them stay stored, and the next start answers them. What is
+        still running after the grace period is stopped, and its chat told (see Dispatcher._run);
+        what the courier could not send by then stays in the outbox for the next start.
         """
         self.dispatcher.closing = True
-        grace = self.settings.runs.shutdown_grace_s
+        grace = self.settings.runs.shutdown_grace_s if grace is None else grace
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        dropped = self.lanes.drop_queued()
+        if dropped:
+            log.info("shutdown: %d waiting message(s) stay stored for the next start", dropped)
         try:
             await asyncio.wait_for(asyncio.gather(self.lanes.idle(), self.a2a.idle()), grace)
         except TimeoutError:
             log.warning("shutdown: answers still running after %g s are being stopped", grace)
         await self.a2a.close()
         await self.lanes.close()
+        # The notices of stopped answers, and replies still queued, get what is left of the grace
+        # period (at least a moment); the rest is sent at the next start.
+        try:
+            await asyncio.wait_for(self.delivery.idle(), max(deadline - loop.time(), 1.0))
+        except TimeoutError:
+            log.warning("shutdown: messages not yet sent stay in the outbox for the next start")
+        await self.delivery.close()
 
     async def stop(self) -> None:
         """Finish nothing new: cancel runs in flight, then close the model client and the store."""
         await self.a2a.close()
         await self.lanes.close()
+        await self.delivery.close()
         await self.provider.aclose()
         await self.store.close()
 

@@ -336,6 +336,40 @@ def enabled_platforms(settings: Settings) -> list[str]:
     ]
 
 
+# How long past [runs] shutdown_grace_s a stopping `bridge run` may take before it is ended regardless.
+SHUTDOWN_MARGIN_S = 5.0
+
+
+def _stop_on_signals(stop: asyncio.Event, grace_s: float) -> None:
+    """SIGTERM or SIGINT sets `stop`; a second one, or the shutdown outlasting the grace period plus a
+    margin, ends the process at once with status 0. The store needs no clean close for that: every
+    write is one transaction, so the file is as after a kill -9, which the next start handles."""
+    log = logging.getLogger("bridge")
+
+    def force_exit(why: str) -> None:
+        log.warning("%s: exiting now; what was not finished is picked up at the next start", why)
+        logging.shutdown()
+        os._exit(0)
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            force_exit(f"second {signal.Signals(signum).name}")
+        log.info("%s: shutting down (send it again to exit at once)", signal.Signals(signum).name)
+        stop.set()
+        # A thread, not the event loop: a loop stuck in a busy run must not keep the process alive.
+        watchdog = threading.Timer(
+            grace_s + SHUTDOWN_MARGIN_S,
+            force_exit,
+            args=(f"shutdown took over {grace_s + SHUTDOWN_MARGIN_S:g} s",),
+        )
+        watchdog.daemon = True
+        watchdog.start()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+
+
 async def run(settings: Settings, path: Path | None = None) -> int:
     from bridge.app import Bridge, load_adapter_class
 
@@ -345,26 +379,36 @@ async def run(settings: Settings, path: Path | None = None) -> int:
         return EXIT_CONFIG
     adapters = [load_adapter_class(name).from_settings(settings) for name in names]
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    _stop_on_signals(stop, settings.runs.shutdown_grace_s)
     async with Bridge(settings) as bridge:
         reloader = _watch_config(bridge, settings, path)
         started = []
+        recovering: asyncio.Task[None] | None = None
         try:
             for adapter in adapters:
                 bridge.add_sender(adapter)
                 await adapter.start(bridge.handle)
                 started.append(adapter)
             logging.getLogger("bridge").info("running: %s", ", ".join(names))
-            await bridge.recover()
+            # In the background: a long platform back-off while catching up must not delay a SIGTERM.
+            recovering = asyncio.create_task(bridge.recover(), name="recover")
+            recovering.add_done_callback(_log_failure)
             await stop.wait()
         finally:
             # Stop listening first, so nothing new arrives while the runs in flight are wound down.
             await reloader.stop()
+            if recovering is not None and not recovering.done():
+                recovering.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await recovering
             # Answers in progress finish (within the grace period) while the adapters can still
             # deliver them; only then do the adapters stop.
             await bridge.shutdown()
             for adapter in reversed(started):
                 await adapter.stop()
     return 0
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("bridge").error("catching up after the start failed", exc_info=task.exception())

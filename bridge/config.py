@@ -104,6 +104,15 @@ class RunsSettings(_Section):
     keep_traces: int = Field(1000, ge=0, le=1_000_000)
 
 
+class DeliverySettings(_Section):
+    """What happens to a message that was being sent when Bridge was killed."""
+
+    # Telegram has no idempotency key: a send in flight at a crash may or may not have arrived.
+    # true: send it again at the next start (at least once); false: record it as 'uncertain' and
+    # send nothing (at most once). Discord needs neither: its nonces make a resend safe.
+    resend_uncertain: bool = True
+
+
 class AgentSettings(_Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_iterations: int = Field(12, ge=1, le=200)
@@ -259,6 +268,7 @@ class Settings(BaseSettings):
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     runs: RunsSettings = Field(default_factory=RunsSettings)
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     session: SessionSettings = Field(default_factory=SessionSettings)

@@ -88,6 +88,12 @@ class Outbound:
     policy_exempt: bool = False
     # An item that must never be sent twice (a run's reply, an announce) carries a unique key.
     dedupe_key: str | None = None
+    # Stored with the chunk and sent with it where the platform drops a repeat of the same nonce.
+    nonce: str | None = None
+
+
+class IntakeUnavailable(Exception):
+    """The core could not store an update now (e.g. the database is locked or full); offer it again later."""
 
 
 class AdapterStartError(Exception):
@@ -95,7 +101,12 @@ class AdapterStartError(Exception):
 
 
 class Sender(Protocol):
-    """What the core needs of an adapter to deliver: send, edit in place, show typing."""
+    """What the core needs of an adapter to deliver: send, edit in place, show typing.
+
+    Optional, looked up with getattr: `split(kind, text) -> list[str]`, the pieces one item is sent
+    as (else `text_limit` splits it, else it goes whole); `dedupes_by_nonce`, True where the platform
+    drops a second send with the same Outbound.nonce, so a send cut short by a crash is safe to repeat.
+    """
 
     surface: str
     supports_edit: bool

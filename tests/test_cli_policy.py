@@ -221,6 +221,9 @@ async def seed(db: Path, fill: Callable[[SQLiteStore], Awaitable[object]]) -> No
     await store.open()
     try:
         await fill(store)
+        # As a bot that answered every message leaves it: the next start has nothing to take up.
+        for found in await store.unanswered():
+            await store.skip_unanswered(found.session.id, "seeded")
     finally:
         await store.close()
 
@@ -228,7 +231,10 @@ async def seed(db: Path, fill: Callable[[SQLiteStore], Awaitable[object]]) -> No
 async def seed_room(store: SQLiteStore) -> SessionRow:
     meta = SessionMeta(surface="console", chat_type="group", display_name="Room", last_route=ROOM_ROUTE)
     room = await store.ensure_active_session(ROOM, meta)
-    await store.add_user_message(room.id, "hello room", sender="console:alice")
+    said = await store.add_user_message(room.id, "hello room", sender="console:alice")
+    # Taken up by a run, as every stored message is: the next start has nothing left to answer here.
+    await store.start_run("seed-run", room.id, "console", "h", said)
+    await store.finish_run("seed-run", "ok")
     return room
 
 

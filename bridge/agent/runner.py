@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -13,10 +14,12 @@ from bridge.agent.history import build_messages, truncate
 from bridge.agent.prompt import build_system_prompt
 from bridge.agent.trace import RunTrace
 from bridge.config import Settings
+from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
 from bridge.logs import redactor
-from bridge.store.base import SessionRow, Store, ToolExchange
+from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store, ToolExchange
 from bridge.store.sqlite import dumps, new_id
+from bridge.text import scrub
 from bridge.tools.base import SessionMessenger, Tool, ToolContext, ToolResult
 from bridge.tools.registry import ToolRegistry
 
@@ -31,7 +34,9 @@ FINAL_REQUEST = (
     "[Bridge: no more tool calls are possible for this request.] Using only the tool results above, "
     "give your final answer to my last message now, in plain text."
 )
-RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped"]
+RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped", "skipped"]
+# The delivery rows of a run's reply (run id, text), written in the transaction that ends the run.
+ReplyPlanner = Callable[[str, str], Awaitable[list[OutboxItem]]]
 
 
 @dataclass(slots=True)
@@ -68,6 +73,8 @@ class RunResult:
     loaded_groups: set[str] = field(default_factory=set)
     # Why a run was cut short (runs.error), when its reply is the model's last answer rather than that.
     stop_reason: str | None = None
+    # The reply's delivery rows, queued with the answer; for the caller to hand to the courier.
+    outbox: list[OutboxRow] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -92,7 +99,7 @@ class _Breaker:
 def summarize_arguments(arguments: str, limit: int = 60) -> str:
     """A short, one-line view of a call's arguments for the activity display."""
     try:
-        value = json.loads(arguments or "{}")
+        value = loads(arguments or "{}")
     except ValueError:
         return "…malformed arguments"
     if isinstance(value, dict):
@@ -110,7 +117,7 @@ def _short(value: Any) -> str:
 
 def _signature(call: ToolCall) -> tuple[str, str]:
     try:
-        return call.name, dumps(json.loads(call.arguments or "{}"))
+        return call.name, dumps(loads(call.arguments or "{}"))
     except ValueError:
         return call.name, call.arguments
 
@@ -140,7 +147,16 @@ class AgentRunner:
         observer: RunObserver | None = None,
         run_id: str | None = None,
         upto: int | None = None,
+        force: bool = False,
+        reply: ReplyPlanner | None = None,
     ) -> RunResult:
+        """Answer the session's newest message (or `upto`, in followup mode).
+
+        A run whose message an earlier run already took up is skipped (status "skipped", no run row):
+        two messages sent together are answered by the first run that sees them, and a follow-up run
+        must not ask the model again with the bot's own answer last. `force` (/retry) answers anyway.
+        `reply` plans the delivery rows of the answer, written with it in one transaction.
+        """
         observer = observer or NullObserver()
         agent = self.settings.agent
         run_id = run_id or new_id()
@@ -152,10 +168,10 @@ class AgentRunner:
             # A turn of its own for one message (queue_mode = "followup"): later ones wait their turn.
             rows = [r for r in rows if r.kind != "user" or r.id <= upto]
         last_user = next((r for r in reversed(rows) if r.kind == "user"), None)
-        input_hash = hashlib.sha256((last_user.content if last_user else "").encode()).hexdigest()
-        await self.store.start_run(
-            run_id, session.id, channel, input_hash, last_user.id if last_user else None
-        )
+        if last_user is None or (not force and last_user.id <= context.answered_upto):
+            return RunResult(run_id, "skipped", "")
+        input_hash = hashlib.sha256(last_user.content.encode()).hexdigest()
+        await self.store.start_run(run_id, session.id, channel, input_hash, last_user.id)
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
         loaded = self.registry.known_groups(context.loaded_groups if self.restore_groups else ())
@@ -191,24 +207,36 @@ class AgentRunner:
             raise
         except Exception as exc:  # a bug must cost one answer, never the session
             log.exception("run %s failed", run_id)
-            result = self._end(
-                state,
-                "error",
-                f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}",
-            )
+            result = self._failed(state, exc)
         result.loaded_groups = set(ctx.loaded_groups)
+        return await asyncio.shield(self._conclude(state, result, ctx.session.id, reply))
+
+    async def _conclude(
+        self, state: _RunState, result: RunResult, session_id: str, reply: ReplyPlanner | None
+    ) -> RunResult:
+        """Store the run's end with its answer and reply rows; if that fails, end it as an error that
+        the user is told about, so a run is never left 'running' with nobody told."""
+        result.reply = scrub(result.reply)
         # An answer (or a polite stop) is history; an error or a timeout is not, so /retry can redo it.
         answer = result.reply if result.status in ("ok", "stopped") else None
-        await asyncio.shield(
-            self._finish(
-                state,
-                result.status,
-                None if result.status == "ok" else result.stop_reason or result.reply,
-                answer,
-                ctx.session.id,
+        error = None if result.status == "ok" else result.stop_reason or result.reply
+        planned = await reply(state.run_id, result.reply) if reply is not None else []
+        try:
+            ids = await self._finish(state, result.status, error, answer, session_id, planned)
+        except Exception as exc:
+            log.exception("storing the end of run %s failed", state.run_id)
+            result = self._failed(state, exc)
+            planned = await reply(state.run_id, result.reply) if reply is not None else []
+            ids = await self._finish(
+                state, "error", f"storing the answer failed: {exc!r}"[:500], None, None, planned
             )
-        )
+        result.outbox = [OutboxRow(i, item, None, 0.0) for i, item in zip(ids, planned, strict=True)]
         return result
+
+    def _failed(self, state: _RunState, exc: BaseException) -> RunResult:
+        return self._end(
+            state, "error", f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}"
+        )
 
     async def _loop(self, ctx: ToolContext, state: _RunState, observer: RunObserver) -> RunResult:
         agent = self.settings.agent
@@ -344,7 +372,7 @@ class AgentRunner:
 
     async def _execute(self, ctx: ToolContext, call: ToolCall) -> ToolResult:
         try:
-            args = json.loads(call.arguments or "{}")
+            args = loads(call.arguments or "{}")
         except ValueError as exc:
             return ToolResult.error(
                 "invalid_arguments", f"Arguments are not valid JSON ({exc}). Send a JSON object."
@@ -392,10 +420,11 @@ class AgentRunner:
         error: str | None,
         answer: str | None = None,
         session_id: str | None = None,
-    ) -> None:
+        outbox: list[OutboxItem] | None = None,
+    ) -> list[int]:
         usage = {"prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens}
         keep = self.settings.runs.keep_traces
-        await self.store.finish_run(
+        ids = await self.store.finish_run(
             state.run_id,
             status,
             iterations=state.iterations,
@@ -404,10 +433,12 @@ class AgentRunner:
             error=error,
             trace=state.trace.to_json(status, usage, self._redact) if keep else None,
             reply=(session_id, answer) if answer is not None and session_id is not None else None,
+            outbox=outbox or (),
         )
         self._finished += 1
         if keep and self._finished % PRUNE_EVERY == 0:
             await self.store.prune_traces(keep)
+        return ids
 
 
 @dataclass(slots=True)
@@ -429,6 +460,6 @@ class _RunState:
 def _stored_input(arguments: str) -> str:
     """Valid JSON is stored normalized (so restoration reads it); anything else verbatim."""
     try:
-        return dumps(json.loads(arguments or "{}"))
+        return dumps(loads(arguments or "{}"))
     except ValueError:
         return arguments

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, ToolCall
 from bridge.tools.base import ToolResult
 
@@ -98,7 +99,7 @@ class RunTrace:
 
     def tool_call(self, started: float, call: ToolCall, result: ToolResult) -> None:
         try:
-            parsed: Any = json.loads(call.arguments or "{}")
+            parsed: Any = loads(call.arguments or "{}")
         except ValueError:
             parsed = None
         self.steps.append(

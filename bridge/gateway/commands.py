@@ -68,8 +68,7 @@ class Commands:
         if command.name == "send":
             return await self.send(key, command.args, surface=surface, is_owner=is_owner)
         if command.name == "stop":
-            stopped = await self.lanes.cancel(key)
-            return "Stopped the answer in progress." if stopped else "Nothing is running."
+            return await self.stop(key)
         if command.name in ("help", "start"):
             return HELP
         return f"Unknown command /{command.name}. Send /help for the list."
@@ -82,6 +81,16 @@ class Commands:
             f"Started a new session ({session.id}). History and loaded tool groups start fresh; "
             "saved memories are kept."
         )
+
+    async def stop(self, key: str) -> str:
+        stopped = await self.lanes.cancel(key)
+        # Messages that waited behind the stopped answer are dropped with it; marked so, the next
+        # start does not take them for messages a restart left unanswered.
+        session = await self.store.active_session(key)
+        skipped = session is not None and await self.store.skip_unanswered(session.id, "dropped by /stop")
+        if stopped:
+            return "Stopped the answer in progress."
+        return "Dropped the messages that were waiting." if skipped else "Nothing is running."
 
     async def send(self, key: str, args: str, *, surface: str, is_owner: bool) -> str:
         """/send on|off|inherit: the session's override of the send policy (owners only)."""

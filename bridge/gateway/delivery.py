@@ -1,41 +1,48 @@
-"""Delivery: hands outbound items to the right adapter; tool activity is its own message."""
+"""Delivery: the send policy decides, the outbox records each chunk, the courier sends it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import cast
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
 
-from bridge.agent.runner import ToolStep
-from bridge.events import Outbound, OutboundKind, Route, Sender
+from bridge.events import Outbound, Route, Sender
+from bridge.gateway.activity import ActivityReporter
+from bridge.gateway.courier import Courier
 from bridge.gateway.policy import Decision, PolicyGate
-from bridge.store.base import OutboxItem, OutboxState, SessionRow, Store
+from bridge.store.base import OPEN_STATES, OutboxItem, OutboxRow, SessionRow, Store
+from bridge.store.sqlite import new_id
+from bridge.text import split_message
 
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL_S = 4.0
-_MARK = {"running": "…", "ok": "✓", "error": "✗"}
-
-
-def render_step(step: ToolStep) -> str:
-    mark = _MARK[step.status] + (f" {step.error_code}" if step.error_code else "")
-    return f"⚙ {step.name}({step.summary}) {mark}"
+UNCERTAIN_REASON = (
+    "in flight when Bridge stopped, so it may have arrived; not sent again ([delivery] resend_uncertain)"
+)
 
 
 class Delivery:
-    """The one place outbound items leave the core: the send policy decides, the outbox records.
+    """The one place outbound items leave the core.
 
-    Every item is written to the outbox before it is sent (pending → sent or failed); an item the
-    policy denies is written as suppressed with the rule that denied it, so nothing vanishes
-    silently. Without a gate and a store (unit tests), items go straight to the adapter.
+    An item is split into the chunks its platform takes, and each chunk is written to the outbox
+    before anything is sent: `pending`, then `sending` while the platform has it, then `sent` or
+    `failed`. An item the policy denies is written whole as `suppressed` with the rule that denied it,
+    so nothing vanishes silently. Once `enqueue` returns, the item survives a crash: the next start
+    sends what is left. Without a gate and a store (unit tests), items go straight to the adapter.
     """
 
-    def __init__(self, gate: PolicyGate | None = None, store: Store | None = None) -> None:
+    def __init__(
+        self, gate: PolicyGate | None = None, store: Store | None = None, *, resend_uncertain: bool = True
+    ) -> None:
         self._senders: dict[str, Sender] = {}
         self.gate = gate
         self.store = store
+        self.resend_uncertain = resend_uncertain
+        self.courier = Courier(store, self._senders)
+        self._memory_ids = 0  # row ids for the store-less mode
 
     def register(self, sender: Sender) -> None:
         self._senders[sender.surface] = sender
@@ -48,65 +55,133 @@ class Delivery:
             return True
         return (await self.gate.decide(session_key, route.surface)).speaks
 
-    async def send(self, item: Outbound) -> str | None:
-        """Send (or suppress) one item; the platform message id, or None when nothing was sent."""
+    # -- writing items down ------------------------------------------------------------------
+
+    async def plan(self, item: Outbound) -> list[OutboxItem]:
+        """The outbox rows for an item: its chunks, or one `suppressed` row where it may not be sent."""
         session = None
         if self.store is not None and item.session_key is not None:
             session = await self.store.active_session(item.session_key)
+        return self.plan_for(item, session)
+
+    def plan_for(self, item: Outbound, session: SessionRow | None) -> list[OutboxItem]:
+        """plan() for a caller that has read the item's session already (or runs where it cannot await)."""
         decision = self._decide(item, session)
-        row_id = await self._record(item, decision, session)
-        if row_id is None and self.store is not None:
-            log.info("%s %s was handed over before; not sending it twice", item.kind, item.dedupe_key)
-            return None
+        route = item.route
+        common = {
+            "kind": item.kind,
+            "surface": route.surface,
+            "chat_id": route.chat_id,
+            "thread_id": route.thread_id,
+            "reply_to": route.reply_to,
+            "session_key": item.session_key,
+            "session_id": session.id if session else None,
+            "run_id": item.run_id,
+            "dedupe_key": item.dedupe_key,
+        }
         if not decision.speaks:
-            log.info("%s for %s suppressed by %s", item.kind, item.session_key, decision.reason)
-            return None
-        return await self._hand_over(row_id, item)
+            return [OutboxItem(text=item.text, state="suppressed", reason=decision.reason, **common)]  # type: ignore[arg-type]
+        pieces = self._split(item) or [item.text]
+        # Every chunk carries a nonce: cheap, and a platform that dedupes by it (Discord) makes a resend
+        # after a crash harmless even when the adapter was not yet up when the row was written.
+        return [
+            OutboxItem(text=piece, state="pending", part=index, parts=len(pieces), nonce=new_id(), **common)  # type: ignore[arg-type]
+            for index, piece in enumerate(pieces)
+        ]
 
-    async def deliver_pending(self) -> int:
-        """Send what a crash left `pending`, oldest first (so each chat keeps its order).
+    async def enqueue(self, item: Outbound) -> asyncio.Future[str | None]:
+        """Write the item down and queue it for its chat; the future gives its platform message id
+        once sent (None when suppressed, failed, or handed over before)."""
+        planned = await self.plan(item)
+        if self.store is None:
+            rows = [self._in_memory(p) for p in planned]
+        else:
+            ids = await self.store.add_outbox(*planned)
+            if not ids:
+                log.info("%s %s was handed over before; not sending it twice", item.kind, item.dedupe_key)
+                return _resolved(None)
+            rows = [OutboxRow(i, p, None, 0.0) for i, p in zip(ids, planned, strict=True)]
+        if rows[0].item.state == "suppressed":
+            log.info("%s for %s suppressed by %s", item.kind, item.session_key, rows[0].item.reason)
+            return _resolved(None)
+        return self.deliver(rows)
 
-        The policy allowed these when they were written. Tool activity of a run that no longer
-        exists would only confuse, so it is marked failed instead of sent. Returns how many went out.
+    async def send(self, item: Outbound) -> str | None:
+        """Write the item down, send it, and return its platform message id (None when nothing was sent).
+
+        Activity is known by its first message (it is edited through it), anything else by its last.
+        """
+        return await (await self.enqueue(item))
+
+    def deliver(self, rows: Sequence[OutboxRow]) -> asyncio.Future[str | None]:
+        """Send rows already written down (a run's reply, written with its answer), after what their
+        chat already waits for."""
+        sendable = [row for row in rows if row.item.state in OPEN_STATES]
+        if not sendable:
+            for row in rows:
+                log.info("%s for %s suppressed by %s", row.item.kind, row.item.session_key, row.item.reason)
+            return _resolved(None)
+        sent = self.courier.submit(sendable)
+        kind = sendable[0].item.kind
+        result: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        def settle(done: asyncio.Future[list[str | None]]) -> None:
+            if result.done():
+                return
+            if done.cancelled():
+                result.cancel()
+            elif done.exception() is not None:
+                result.set_result(None)
+            else:
+                ids = done.result()
+                result.set_result(ids[0] if kind == "activity" else ids[-1])
+
+        sent.add_done_callback(settle)
+        return result
+
+    async def recover(self) -> list[asyncio.Future[list[str | None]]]:
+        """Queue what a crash left undelivered, oldest first in each chat; the futures resolve once
+        each chat's share has gone.
+
+        `pending` rows were never handed over: they go. A `sending` row was in flight, so the platform
+        may have it: it goes again where the platform drops repeats (a stored nonce), or where
+        [delivery] resend_uncertain allows; otherwise it is marked `uncertain`. Tool activity of a run
+        that no longer exists would only confuse, so it is marked failed instead of sent. Rows of a
+        surface this process does not serve are left for the process that does.
         """
         if self.store is None:
-            return 0
-        sent = 0
-        for row in await self.store.outbox(state="pending"):
+            return []
+        by_chat: defaultdict[tuple[str, str], list[OutboxRow]] = defaultdict(list)
+        for row in await self.store.outbox(state=OPEN_STATES):
             item = row.item
+            if item.surface not in self._senders:
+                continue
             if item.kind == "activity":
-                await self._mark(
+                await self.store.mark_outbox(
                     row.id, "failed", reason="activity of an interrupted run; not sent after restart"
                 )
                 continue
-            route = Route(item.surface, item.chat_id, item.thread_id, item.reply_to)
-            outbound = Outbound(
-                route,
-                cast(OutboundKind, item.kind),
-                item.text,
-                item.run_id,
-                session_key=item.session_key,
-                dedupe_key=item.dedupe_key,
-            )
-            if await self._hand_over(row.id, outbound) is not None:
-                sent += 1
-        return sent
+            if item.state == "sending" and not self._may_resend(item):
+                log.warning(
+                    "outbox row %d may have reached %s before a crash; not resent", row.id, item.surface
+                )
+                await self.store.mark_outbox(row.id, "uncertain", reason=UNCERTAIN_REASON)
+                continue
+            by_chat[(item.surface, item.chat_id)].append(row)
+        return [self.courier.submit(rows) for rows in by_chat.values()]
 
-    async def _hand_over(self, row_id: int | None, item: Outbound) -> str | None:
-        """Give a recorded item to its adapter and record the outcome."""
+    def _may_resend(self, item: OutboxItem) -> bool:
+        sender = self._senders.get(item.surface)
+        dedupes = bool(getattr(sender, "dedupes_by_nonce", False)) and item.nonce is not None
+        return dedupes or self.resend_uncertain
+
+    def _split(self, item: Outbound) -> list[str]:
         sender = self._senders.get(item.route.surface)
-        if sender is None:
-            log.error("no adapter for surface %s; %s not delivered", item.route.surface, item.kind)
-            await self._mark(row_id, "failed", reason=f"no adapter for surface {item.route.surface}")
-            return None
-        try:
-            message_id = await sender.send(item)
-        except Exception as exc:
-            log.exception("sending %s to %s failed", item.kind, item.route.surface)
-            await self._mark(row_id, "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
-            return None
-        await self._mark(row_id, "sent", platform_msg_id=message_id)
-        return message_id
+        split = getattr(sender, "split", None)
+        if split is not None:
+            return list(split(item.kind, item.text))
+        limit = getattr(sender, "text_limit", None)
+        return split_message(item.text, limit) if isinstance(limit, int) else [item.text]
 
     def _decide(self, item: Outbound, session: SessionRow | None) -> Decision:
         if item.policy_exempt:
@@ -115,37 +190,19 @@ class Delivery:
             return Decision("allow", "not tied to a session")
         return self.gate.decide_for(item.session_key, item.route.surface, session)
 
-    async def _record(self, item: Outbound, decision: Decision, session: SessionRow | None) -> int | None:
-        if self.store is None:
-            return None
-        route = item.route
-        return await self.store.add_outbox(
-            OutboxItem(
-                kind=item.kind,
-                surface=route.surface,
-                chat_id=route.chat_id,
-                thread_id=route.thread_id,
-                reply_to=route.reply_to,
-                text=item.text,
-                state="pending" if decision.speaks else "suppressed",
-                reason=None if decision.speaks else decision.reason,
-                session_key=item.session_key,
-                session_id=session.id if session else None,
-                run_id=item.run_id,
-                dedupe_key=item.dedupe_key,
-            )
-        )
+    def _in_memory(self, item: OutboxItem) -> OutboxRow:
+        self._memory_ids -= 1  # negative: the courier marks nothing for them
+        return OutboxRow(self._memory_ids, item, None, 0.0)
 
-    async def _mark(
-        self,
-        row_id: int | None,
-        state: OutboxState,
-        *,
-        platform_msg_id: str | None = None,
-        reason: str | None = None,
-    ) -> None:
-        if self.store is not None and row_id is not None:
-            await self.store.mark_outbox(row_id, state, platform_msg_id=platform_msg_id, reason=reason)
+    # -- shutdown ----------------------------------------------------------------------------
+
+    async def idle(self) -> None:
+        await self.courier.idle()
+
+    async def close(self) -> None:
+        await self.courier.close()
+
+    # -- edits and typing: not recorded, they change nothing the user has not seen ------------
 
     async def edit(self, route: Route, message_id: str, text: str, session_key: str | None = None) -> None:
         sender = self._senders.get(route.surface)
@@ -186,73 +243,7 @@ class Delivery:
             await asyncio.sleep(TYPING_INTERVAL_S)
 
 
-class ActivityReporter:
-    """Tool activity of one run: one message edited in place, or one line per finished tool.
-
-    Edits are coalesced in the background, at most one per the platform's min_edit_interval_s, so a
-    tool-heavy run neither trips the platform's flood limits nor waits for its own progress display.
-    """
-
-    def __init__(
-        self, delivery: Delivery, route: Route, run_id: str | None, session_key: str | None = None
-    ) -> None:
-        self.delivery = delivery
-        # Activity is not a reply to the user's message; only the final answer is.
-        self.route = Route(route.surface, route.chat_id, route.thread_id)
-        self.run_id = run_id
-        self.session_key = session_key
-        self._first_sent = False
-        self.steps: list[ToolStep] = []
-        self.message_id: str | None = None
-        sender = delivery.sender(route.surface)
-        self.in_place = bool(sender and sender.supports_edit)
-        self.min_interval = float(getattr(sender, "min_edit_interval_s", 0.0))
-        self._shown = ""
-        self._pending = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
-
-    def render(self) -> str:
-        return "\n".join(render_step(step) for step in self.steps)
-
-    async def tool_started(self, step: ToolStep) -> None:
-        self.steps.append(step)
-        if self.in_place:
-            await self._update()
-
-    async def tool_finished(self, step: ToolStep) -> None:
-        if self.in_place:
-            await self._update()
-        else:
-            await self.delivery.send(self._outbound(render_step(step)))
-
-    def _outbound(self, text: str) -> Outbound:
-        return Outbound(self.route, "activity", text, self.run_id, session_key=self.session_key)
-
-    async def _update(self) -> None:
-        if not self._first_sent:
-            # The first display is sent at once, so it always comes before the reply.
-            self._first_sent = True
-            self._shown = self.render()
-            self.message_id = await self.delivery.send(self._outbound(self._shown))
-            return
-        if self.message_id is None:
-            # The first display was suppressed or failed: no message to edit, and no flood of new ones.
-            return
-        self._pending.set()
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
-
-    async def _flush(self) -> None:
-        while self._pending.is_set():
-            self._pending.clear()
-            text = self.render()
-            if text != self._shown and self.message_id is not None:
-                self._shown = text
-                await self.delivery.edit(self.route, self.message_id, text, self.session_key)
-                if self._pending.is_set():
-                    await asyncio.sleep(self.min_interval)
-
-    async def close(self) -> None:
-        """Wait until the display shows the final state (before the reply is sent)."""
-        if self._flusher is not None:
-            await self._flusher
+def _resolved(value: str | None) -> asyncio.Future[str | None]:
+    future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

@@ -3,29 +3,49 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from bridge.agent.runner import RETRY_HINT, AgentRunner
 from bridge.config import RunsSettings
-from bridge.events import Inbound, Outbound, Route
+from bridge.events import Inbound, IntakeUnavailable, Outbound, Route
 from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate
 from bridge.sessions.service import SessionService
-from bridge.store.base import RunRow
+from bridge.store.base import OutboxItem, RunRow, SessionRow, StoreError
+from bridge.text import scrub
 from bridge.tools.base import AGENT_CHANNEL
 
 log = logging.getLogger(__name__)
+
+Done = asyncio.Future[None]
+# How long a finished turn waits for its activity display's last edit (rate limits can delay it).
+ACTIVITY_CLOSE_S = 10.0
 
 
 def unsupported_text(kind: str) -> str:
     return f"Sorry, I can't open {kind} messages yet. Please send it as text (a caption works too)."
 
 
+def interrupted_text(asked: str | None) -> str:
+    quoted = f" (“{asked[:80]}{'…' if len(asked) > 80 else ''}”)" if asked else ""
+    return (
+        f"⚠️ I was interrupted (Bridge restarted) while answering your message{quoted}. "
+        "It is saved: send /retry and I will answer it, or just write again."
+    )
+
+
 class Dispatcher:
-    """Receives every Inbound from every adapter."""
+    """Receives every Inbound from every adapter.
+
+    `handle` is the intake: it returns once the message is stored (or its command has run and its
+    answer is queued), without waiting for any platform, so an adapter can confirm it at once and a
+    slow chat never holds up another. The returned future resolves when the work it started is done
+    (a turn-by-turn surface such as the console waits on it; chat platforms do not).
+    """
 
     def __init__(
         self,
@@ -39,7 +59,7 @@ class Dispatcher:
         runs: RunsSettings,
     ) -> None:
         self.runs = runs
-        # Set at shutdown: answers in progress finish, new messages are turned away with a notice.
+        # Set at shutdown: answers in progress finish; new messages are stored for the next start.
         self.closing = False
         self.access = access
         self.gate = gate
@@ -49,8 +69,14 @@ class Dispatcher:
         self.lanes = lanes
         self.commands = commands
 
-    async def handle(self, inbound: Inbound) -> asyncio.Future[None] | None:
-        """Handle one message; the future (if any) resolves when the run answering it has finished."""
+    async def handle(self, inbound: Inbound) -> Done | None:
+        """Take one message; IntakeUnavailable when it could not be stored (offer it again later)."""
+        try:
+            return await self._handle(dataclasses.replace(inbound, text=scrub(inbound.text)))
+        except StoreError as exc:
+            raise IntakeUnavailable(str(exc)) from exc
+
+    async def _handle(self, inbound: Inbound) -> Done | None:
         verdict = self.access.check(inbound)
         if verdict is Verdict.IGNORE:
             return None
@@ -62,45 +88,30 @@ class Dispatcher:
         if command is not None and owner:
             # An owner's command is answered whatever the send policy says: it is how they change it.
             answer = await self.commands.handle(command, key, surface=inbound.surface, is_owner=True)
-            await self.delivery.send(
+            return await self._answer(
                 Outbound(inbound.route, "notice", answer, session_key=key, policy_exempt=True)
             )
-            return None
         decision = await self.gate.decide(key, inbound.surface)
         if not decision.processes:
             log.debug("ignoring a message in %s: %s", key, decision.reason)
             return None
         if verdict is Verdict.REFUSE:
-            await self._notice(inbound, key, refusal_text(inbound))
-            return None
+            return await self._notice(inbound.route, key, refusal_text(inbound))
         if inbound.unsupported:
-            await self._notice(inbound, key, unsupported_text(inbound.unsupported))
-            return None
+            return await self._notice(inbound.route, key, unsupported_text(inbound.unsupported))
         if command is not None:
-            await self._notice(
-                inbound,
-                key,
-                await self.commands.handle(command, key, surface=inbound.surface, is_owner=False),
-            )
-            return None
+            answer = await self.commands.handle(command, key, surface=inbound.surface, is_owner=False)
+            return await self._notice(inbound.route, key, answer)
         if not inbound.text.strip():
-            return None
-        if self.closing:
-            await self._notice(
-                inbound,
-                key,
-                "Bridge is restarting and not taking new messages. Please send it again in a minute.",
-            )
             return None
         if self.lanes.queued(key) >= self.runs.max_queued:
             # Refused before it is stored, and said so: nothing is dropped silently.
-            await self._notice(
-                inbound,
+            return await self._notice(
+                inbound.route,
                 key,
                 f"⚠️ {self.runs.max_queued} messages are already waiting for an answer here, so I did not "
                 "take this one. Please send it again once I have caught up.",
             )
-            return None
         session = await self.sessions.active(inbound)
         # Stored before any work begins: whatever happens next, the user's words are kept. In a
         # denied session too: shadow mode reads and answers, it only does not speak.
@@ -110,63 +121,106 @@ class Dispatcher:
         if stored is None:
             log.info("dropping redelivered message %s", inbound.platform_msg_id)
             return None
-        if self.runs.queue_mode == "followup":
-            return self.lanes.schedule(key, lambda: self._run(key, inbound, upto=stored), merge=False)
-        return self.lanes.schedule(key, lambda: self._run(key, inbound))
+        if self.closing:
+            # Shutting down: the message is stored, and the next start answers it (see resume).
+            log.info("message in %s stored; it is answered after the restart", key)
+            return None
+        upto = stored if self.runs.queue_mode == "followup" else None
+        return self.lanes.schedule(
+            key,
+            lambda: self._run(key, inbound.route, inbound.surface, upto=upto),
+            merge=upto is None,
+        )
 
-    async def _retry(self, inbound: Inbound, key: str, owner: bool) -> asyncio.Future[None] | None:
+    async def _retry(self, inbound: Inbound, key: str, owner: bool) -> Done | None:
         """/retry: answer the session's last message again, e.g. after an interrupted run."""
         if not owner and not (await self.gate.decide(key, inbound.surface)).processes:
             return None
         session = await self.sessions.active(inbound)
         last = await self.sessions.store.history(session.id, 1, chat_only=True)
         if not last or last[-1].kind != "user":
-            await self._notice(inbound, key, "Nothing to retry: your last message has its answer.")
-            return None
+            return await self._notice(
+                inbound.route, key, "Nothing to retry: your last message has its answer."
+            )
         if self.lanes.busy(key):
-            await self._notice(
-                inbound, key, "I am still answering; /stop first if you want me to start over."
+            return await self._notice(
+                inbound.route, key, "I am still answering; /stop first if you want me to start over."
             )
-            return None
-        return self.lanes.schedule(key, lambda: self._run(key, inbound))
-
-    async def tell_interrupted(self, run: RunRow) -> None:
-        """Tell the chat of a run a crash cut short that its message is safe and can be retried."""
-        session = await self.sessions.store.get_session(run.session_id)
-        route = Route.from_json(session.last_route) if session else None
-        if session is None or not session.active or route is None or run.channel == AGENT_CHANNEL:
-            return
-        rows = await self.sessions.store.history(session.id, 50, chat_only=True)
-        asked = next((r.content for r in reversed(rows) if r.id == run.input_upto), None)
-        quoted = f" (“{asked[:80]}{'…' if len(asked) > 80 else ''}”)" if asked else ""
-        await self.delivery.send(
-            Outbound(
-                route,
-                "notice",
-                f"⚠️ I was interrupted (Bridge restarted) while answering your message{quoted}. "
-                "It is saved: send /retry and I will answer it, or just write again.",
-                session_key=session.key,
-                dedupe_key=f"interrupted:{run.id}",
-            )
+        return self.lanes.schedule(
+            key, lambda: self._run(key, inbound.route, inbound.surface, force=True), merge=False
         )
 
-    async def _notice(self, inbound: Inbound, key: str, text: str) -> None:
-        await self.delivery.send(Outbound(inbound.route, "notice", text, session_key=key))
+    def interrupted_notices(
+        self, run: RunRow, session: SessionRow | None, asked: str | None
+    ) -> list[OutboxItem]:
+        """The notice for a run a crash cut short: its message is safe and can be retried.
 
-    async def _run(self, key: str, inbound: Inbound, upto: int | None = None) -> None:
+        Called by the store inside the transaction that marks the run aborted, so it must not await.
+        """
+        route = Route.from_json(session.last_route) if session else None
+        if session is None or not session.active or route is None or run.channel == AGENT_CHANNEL:
+            return []
+        item = Outbound(
+            route,
+            "notice",
+            interrupted_text(asked),
+            session_key=session.key,
+            dedupe_key=f"interrupted:{run.id}",
+        )
+        return self.delivery.plan_for(item, session)
+
+    async def resume(self) -> int:
+        """At start: answer messages that were stored but never taken up by a run (they came in while
+        Bridge was stopping, or a crash came between storing and answering). Returns how many chats."""
+        resumed = 0
+        for found in await self.sessions.store.unanswered():
+            session = found.session
+            route = Route.from_json(session.last_route)
+            # Only chats this process can answer in (`bridge chat` serves the console alone).
+            if route is None or self.delivery.sender(route.surface) is None:
+                continue
+            if not (await self.gate.decide(session.key, route.surface)).processes:
+                continue
+            reply_to = found.platform_msg_id.rsplit(":", 1)[-1] if found.platform_msg_id else None
+            route = dataclasses.replace(route, reply_to=reply_to)
+            key = session.key
+            log.info("answering a message in %s that came in before the restart", key)
+            self.lanes.schedule(key, lambda key=key, route=route: self._run(key, route, route.surface))
+            resumed += 1
+        return resumed
+
+    async def _notice(self, route: Route, key: str, text: str) -> Done:
+        return await self._answer(Outbound(route, "notice", text, session_key=key))
+
+    async def _answer(self, item: Outbound) -> Done:
+        """Queue an item for its chat's courier; the future resolves once it has been sent."""
+        sent = await self.delivery.enqueue(item)
+        done: Done = asyncio.get_running_loop().create_future()
+        sent.add_done_callback(lambda _: done.done() or done.set_result(None))
+        return done
+
+    async def _run(
+        self, key: str, route: Route, channel: str, *, upto: int | None = None, force: bool = False
+    ) -> None:
         # Read the active session now, not when the message came: /clear may have replaced it.
         session = await self.sessions.active_for_key(key)
-        route = inbound.route
+
+        async def plan_reply(run_id: str, text: str) -> list[OutboxItem]:
+            item = Outbound(route, "reply", text, run_id, session_key=key, dedupe_key=f"reply:{run_id}")
+            return await self.delivery.plan(item)
+
         async with self.delivery.typing(route, key):
             reporter = self.delivery.activity(route, session_key=key)
             try:
-                result = await self.runner.run(session, channel=inbound.surface, observer=reporter, upto=upto)
+                result = await self.runner.run(
+                    session, channel=channel, observer=reporter, upto=upto, force=force, reply=plan_reply
+                )
             except asyncio.CancelledError:
                 if self.closing:
                     # Stopped by the shutdown's grace period running out: say so, the message is kept.
                     await asyncio.shield(
                         self._notice(
-                            inbound,
+                            route,
                             key,
                             "⚠️ Bridge is shutting down and had to stop this answer. Your message is "
                             "saved: send /retry once I am back.",
@@ -174,22 +228,18 @@ class Dispatcher:
                     )
                 raise
             except Exception as exc:
-                await reporter.close()
                 log.exception("run for %s failed", key)
                 await self._notice(
-                    inbound,
-                    key,
-                    f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}",
+                    route, key, f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}"
                 )
                 return
-            await reporter.close()
-        await self.delivery.send(
-            Outbound(
-                route,
-                "reply",
-                result.reply,
-                result.run_id,
-                session_key=key,
-                dedupe_key=f"reply:{result.run_id}",
-            )
-        )
+        if result.status == "skipped":
+            log.debug("nothing new to answer in %s: an earlier run took the messages up", key)
+            return
+        # The reply's rows were written with the answer and go at once; the activity display finishes
+        # on its own (its last edit may follow the reply), and the turn ends when both are done.
+        await self.delivery.deliver(result.outbox)
+        try:
+            await asyncio.wait_for(reporter.close(), ACTIVITY_CLOSE_S)
+        except TimeoutError:
+            log.info("the activity display of %s is still being edited; leaving it", key)

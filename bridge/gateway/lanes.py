@@ -86,9 +86,12 @@ class Lanes:
                         lane.current = None
                         _resolve(entry.waiters)
         finally:
+            # Whatever ended the worker, its lane goes with it: a lane left behind with a finished
+            # worker would make idle() wait on it forever.
             for entry in lane.queue:
                 _resolve(entry.waiters)
-            if self._lanes.get(key) is lane and not lane.queue:
+            lane.queue.clear()
+            if self._lanes.get(key) is lane:
                 del self._lanes[key]
 
     async def cancel(self, key: str) -> bool:
@@ -109,11 +112,21 @@ class Lanes:
 
     async def idle(self) -> None:
         """Wait until every lane has finished its work."""
-        while self._lanes:
-            workers = [lane.worker for lane in self._lanes.values() if lane.worker is not None]
-            if not workers:
-                return
+        while workers := [
+            lane.worker for lane in self._lanes.values() if lane.worker and not lane.worker.done()
+        ]:
             await asyncio.gather(*workers, return_exceptions=True)
+
+    def drop_queued(self) -> int:
+        """Forget the work waiting behind the runs in progress (at shutdown: the messages stay stored,
+        and the next start answers them). Returns how many messages were waiting."""
+        dropped = 0
+        for lane in self._lanes.values():
+            for entry in lane.queue:
+                dropped += len(entry.waiters)
+                _resolve(entry.waiters)
+            lane.queue.clear()
+        return dropped
 
     async def close(self) -> None:
         for key in list(self._lanes):

@@ -106,7 +106,7 @@ async def test_a_kill_while_the_reply_is_being_sent_delivers_it_once_at_the_next
             if process.returncode is None:
                 process.kill()
         db = tmp_path / "bridge.db"
-        assert db_rows(db, "SELECT kind, state FROM outbox") == [("reply", "pending")]
+        assert db_rows(db, "SELECT kind, state FROM outbox") == [("reply", "sending")]  # in flight: uncertain
         assert tg.messages_in(OWNER) == []
 
         async with bridge_running(tmp_path, config):
@@ -116,3 +116,120 @@ async def test_a_kill_while_the_reply_is_being_sent_delivers_it_once_at_the_next
     assert [m["text"] for m in tg.messages_in(OWNER)] == ["the answer", "next answer"]
     assert len(llm.requests) == 2  # the finished run was delivered, not run again
     assert_intact(db, ["question", "and then?"])
+
+
+class GatedAnswer:
+    """Calls get_current_time, then answers only once the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.calls = 0
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        self.calls += 1
+        if self.calls == 1:
+            return fake.tool_call("get_current_time", {})
+        if self.calls == 2:
+            await self.gate.wait()
+            return fake.text("It is noon.")
+        asked = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
+        return fake.text(f"answer to: {asked}")
+
+
+async def test_a_kill_after_the_answer_is_stored_never_loses_the_reply_even_while_activity_hangs(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    model = GatedAnswer()
+    async with FakeOpenAI(model) as llm:
+        config = config_for(tmp_path, tg, llm)
+        # The activity display's edit never returns: it must not hold the reply back.
+        tg.fail_next("editMessageText", "hang")
+        process = await start_bridge(tmp_path, "run", "--config", str(config))
+        try:
+            tg.dm(OWNER, "what time is it?")
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 1, timeout=30)  # the activity
+            tg.fail_next("sendMessage", "hang")  # and now the reply's send never returns either
+            model.gate.set()
+            await tg.wait_for(lambda: tg.methods().count("sendmessage") == 2, timeout=30)
+            process.kill()
+            await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        db = tmp_path / "bridge.db"
+        assert db_rows(db, "SELECT status FROM runs") == [("ok",)]
+        assert db_rows(db, "SELECT kind, state FROM outbox ORDER BY id") == [
+            ("activity", "sent"),
+            ("reply", "sending"),
+        ]
+        async with bridge_running(tmp_path, config):
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 2, timeout=30)
+            tg.dm(OWNER, "and then?")
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 3, timeout=30)
+    texts = [m["text"] for m in tg.messages_in(OWNER)]
+    assert texts[1:] == ["It is noon.", "answer to: and then?"]
+    assert_intact(db, ["what time is it?", "and then?"])
+
+
+async def test_a_kill_during_start_up_still_tells_the_chats_whose_answers_were_cut_short(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    model = CrashModel(hang_at=1)
+    async with FakeOpenAI(model) as llm:
+        config = config_for(tmp_path, tg, llm)
+        process = await start_bridge(tmp_path, "run", "--config", str(config))
+        try:
+            tg.dm(OWNER, "what time is it?")
+            await llm.wait_for_requests(1, timeout=30)
+            process.kill()
+            await process.wait()
+            # The next start marks the run aborted; the notice's send hangs, and a second kill comes.
+            tg.fail_next("sendMessage", "hang")
+            process = await start_bridge(tmp_path, "run", "--config", str(config))
+            await tg.wait_for(lambda: "sendmessage" in tg.methods(), timeout=30)
+            process.kill()
+            await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        db = tmp_path / "bridge.db"
+        assert db_rows(db, "SELECT status FROM runs") == [("aborted",)]
+        assert db_rows(db, "SELECT kind, state FROM outbox") == [("notice", "sending")]
+        async with bridge_running(tmp_path, config):
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 1, timeout=30)
+    [notice] = [m["text"] for m in tg.messages_in(OWNER)]
+    assert "interrupted" in notice and "what time is it?" in notice
+    assert_intact(db, ["what time is it?"])
+
+
+async def test_a_kill_loses_no_message_the_platform_was_told_was_received_even_while_sends_are_slow(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    async with FakeOpenAI() as llm:
+        llm.push(fake.text("answer to: important"))
+        config = config_for(tmp_path, tg, llm)
+        process = await start_bridge(tmp_path, "run", "--config", str(config))
+        try:
+            await tg.wait_for(lambda: tg.open_polls > 0, timeout=30)
+            # The answer to /help never gets through; the next message must not wait for it.
+            tg.fail_next("sendMessage", "hang")
+            tg.dm(OWNER, "/help")
+            tg.dm(OWNER, "important")
+            await tg.wait_for(lambda: not tg.pending_updates, timeout=30)  # confirmed to Telegram
+            process.kill()
+            await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        db = tmp_path / "bridge.db"
+        # Confirmed means stored: the message is in history, and the /help answer in the outbox.
+        assert db_rows(db, "SELECT content FROM messages WHERE kind = 'user'") == [("important",)]
+        assert ("notice",) in db_rows(db, "SELECT kind FROM outbox")
+        async with bridge_running(tmp_path, config):
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 2, timeout=30)
+    texts = [m["text"] for m in tg.messages_in(OWNER)]
+    # Killed before its run began, it is answered at the restart; killed during the run, the chat is
+    # told it was interrupted. Either way the chat hears about it; it was never dropped.
+    assert texts[0].startswith("Commands:")
+    assert texts[1] == "answer to: important" or ("interrupted" in texts[1] and "important" in texts[1])
+    assert_intact(db, ["important"])

@@ -16,7 +16,8 @@ from discord.http import Route as DiscordRoute
 from adapters.discord import DiscordAdapter
 from bridge.app import Bridge
 from bridge.config import Settings
-from bridge.events import AdapterStartError
+from bridge.events import AdapterStartError, IntakeUnavailable, Outbound, Route
+from bridge.store.base import OutboxItem
 from tests.adapters.conftest import (
     CHANNEL,
     GUILD,
@@ -330,3 +331,46 @@ async def test_a_missing_message_content_intent_is_named_with_where_to_enable_it
         adapter = DiscordAdapter(settings.discord, client_options={"guild_ready_timeout": 0.05})
         with pytest.raises(AdapterStartError, match="Message Content Intent"):
             await adapter.start(ignore)  # type: ignore[arg-type]
+
+
+async def test_a_chunk_in_flight_at_a_crash_is_sent_again_with_its_stored_nonce_and_posted_once(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    route = Route("discord", str(CHANNEL))
+    async with rig(fake_llm) as r:
+        # Discord took part 0 just before the crash, so its row still says `sending`; part 1 never went.
+        first_id = await r.adapter.send(Outbound(route, "reply", "part 0", nonce="nonce-part-0"))
+        common = {"kind": "reply", "surface": "discord", "chat_id": str(CHANNEL), "parts": 2}
+        await r.bridge.store.add_outbox(
+            OutboxItem(text="part 0", state="sending", part=0, nonce="nonce-part-0", **common),
+            OutboxItem(text="part 1", state="pending", part=1, nonce="nonce-part-1", **common),
+        )
+    # Even where a Telegram send in doubt would be dropped, Discord's nonce makes the resend safe.
+    async with rig(fake_llm) as r:
+        r.bridge.delivery.resend_uncertain = False
+        await r.bridge.recover()
+        rows_ = await r.bridge.store.outbox()
+    assert [m["content"] for m in r.bot_messages(CHANNEL)] == ["part 0", "part 1"]
+    assert [(row.item.state, row.item.part) for row in rows_] == [("sent", 0), ("sent", 1)]
+    assert rows_[0].platform_msg_id == first_id
+
+
+async def test_a_message_the_store_cannot_take_yet_is_offered_again_and_answered_once(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("stored at the third try"))
+    async with rig(fake_llm) as r:
+        handle = r.bridge.handle
+        refusals = [IntakeUnavailable("database is locked")] * 2
+
+        async def locked_at_first(inbound: Any) -> Any:
+            if refusals:
+                raise refusals.pop()
+            return await handle(inbound)
+
+        r.adapter._handler = locked_at_first
+        asked = dc.dm(OWNER, "hello")
+        [reply] = await r.bot_sent(asked["channel_id"], 1)
+    assert reply["content"] == "stored at the third try"
+    assert r.waits == [0.5, 1.0]
+    assert len(fake_llm.requests) == 1

@@ -83,3 +83,72 @@ async def test_after_a_sigterm_cut_a_run_short_retry_answers_it_at_the_next_star
     assert tg.messages_in(OWNER)[1]["text"] == "answered after the restart"
     assert [m["content"] for m in llm.requests[0]["messages"][1:]] == ["a slow question"]
     assert_intact(tmp_path / "bridge.db", ["a slow question"])
+
+
+class SlowFirstAnswer:
+    """The first request never answers in time; later ones answer at once with what they were asked."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        self.calls += 1
+        if self.calls == 1:
+            await asyncio.sleep(120)
+        asked = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
+        return fake.text(f"answer to: {asked}")
+
+
+async def test_sigterm_ends_the_process_in_time_while_a_message_waits_and_the_next_start_answers_it(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    async with FakeOpenAI(SlowFirstAnswer()) as llm:
+        config = config_for(tmp_path, tg, llm, grace_s=1)
+        process = await start_bridge(tmp_path, "run", "--config", str(config))
+        try:
+            tg.dm(OWNER, "a slow question")
+            await llm.wait_for_requests(1, timeout=30)
+            tg.dm(OWNER, "waits its turn")
+            await tg.wait_for(lambda: not tg.pending_updates, timeout=30)  # stored, queued
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(process.wait(), 30)
+            elapsed = loop.time() - started
+        finally:
+            if process.returncode is None:
+                process.kill()
+        assert code == 0 and elapsed < 1 + 5
+        [notice] = [m["text"] for m in tg.messages_in(OWNER)]
+        assert "shutting down" in notice
+        # The waiting message was neither answered nor dropped: the next start answers it by itself.
+        async with bridge_running(tmp_path, config):
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 2, timeout=30)
+    assert tg.messages_in(OWNER)[1]["text"] == "answer to: waits its turn"
+    assert_intact(tmp_path / "bridge.db", ["a slow question", "waits its turn"])
+
+
+async def test_a_second_sigterm_ends_the_process_at_once(tmp_path: Path, tg: FakeTelegram) -> None:
+    async with FakeOpenAI(SlowModel(120)) as llm:
+        process = await start_bridge(tmp_path, "run", "--config", str(config_for(tmp_path, tg, llm, 60)))
+        try:
+            tg.dm(OWNER, "a slow question")
+            await llm.wait_for_requests(1, timeout=30)
+            process.send_signal(signal.SIGTERM)
+            # The first signal is being handled (a grace period of 60 s) when the second one comes.
+            assert process.stderr is not None
+            async with asyncio.timeout(10):
+                while b"shutting down" not in await process.stderr.readline():
+                    pass
+            assert process.returncode is None
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(process.wait(), 30)
+            elapsed = loop.time() - started
+        finally:
+            if process.returncode is None:
+                process.kill()
+    assert code == 0 and elapsed < 3
+    # What the forced exit cut short is picked up like a crash: the message is kept.
+    assert_intact(tmp_path / "bridge.db", ["a slow question"], finished=False)

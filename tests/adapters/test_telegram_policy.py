@@ -16,7 +16,6 @@ import pytest
 from adapters.telegram import TelegramAdapter
 from bridge.app import Bridge
 from bridge.config import SessionSettings
-from bridge.events import Outbound
 from bridge.store.base import OutboxRow
 from tests.adapters.conftest import GROUP, OWNER, TelegramRig, telegram_settings
 from tests.fakes import openai_server as fake
@@ -39,7 +38,8 @@ BotFactory = Callable[..., Any]
 
 @dataclass
 class PolicyRig(TelegramRig):
-    """A TelegramRig that also knows when the core has handed an item to delivery (sent or held back)."""
+    """A TelegramRig that also knows when the core has written to its store (an item queued, sent or
+    held back: every outbox row is written by a store transaction)."""
 
     _handed_over: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -90,15 +90,15 @@ def bot(tmp_path: Path, tg: FakeTelegram) -> BotFactory:
         adapter.min_edit_interval_s = 0.01
         async with Bridge(settings) as bridge:
             rig = PolicyRig(bridge, adapter, tg, llm, waits)
-            deliver = bridge.delivery.send
+            write = bridge.store._write
 
-            async def send_and_tell(item: Outbound) -> str | None:
+            async def write_and_tell(work: Any) -> Any:
                 try:
-                    return await deliver(item)
+                    return await write(work)
                 finally:
                     rig.handed_over()
 
-            bridge.delivery.send = send_and_tell  # type: ignore[method-assign]
+            bridge.store._write = write_and_tell  # type: ignore[method-assign]
             bridge.add_sender(adapter)
             await adapter.start(bridge.handle)
             try:

@@ -227,7 +227,9 @@ async def test_a_full_queue_refuses_a_message_with_a_notice_and_does_not_store_i
         first = await h.bridge.handle(h.inbound("a:1"))
         await asyncio.wait_for(model.arrived.get(), 5)
         queued = [await h.bridge.handle(h.inbound(f"a:{n}")) for n in (2, 3)]
-        assert await h.bridge.handle(h.inbound("a:4")) is None
+        refused = await h.bridge.handle(h.inbound("a:4"))
+        assert refused is not None
+        await asyncio.wait_for(refused, 5)  # the notice has been sent
         assert h.sender.of("notice") == [
             "⚠️ 2 messages are already waiting for an answer here, so I did not take this one. "
             "Please send it again once I have caught up."

@@ -1,0 +1,163 @@
+"""The courier: sends outbox rows one chat at a time, in order, each chunk marked in flight before it goes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from bridge.events import Outbound, OutboundKind, Route, Sender
+from bridge.store.base import OutboxRow, OutboxState, Store
+
+log = logging.getLogger(__name__)
+
+ChatKey = tuple[str, str]
+EARLIER_PART_FAILED = "an earlier part of this message could not be sent"
+
+
+@dataclass(slots=True)
+class _Job:
+    rows: Sequence[OutboxRow]
+    done: asyncio.Future[list[str | None]]
+
+
+@dataclass(slots=True)
+class _Chat:
+    jobs: deque[_Job] = field(default_factory=deque)
+    worker: asyncio.Task[None] | None = None
+
+
+def outbound_of(row: OutboxRow) -> Outbound:
+    """The item a row asks to send: one chunk, replying to the user's message only in its first part."""
+    item = row.item
+    reply_to = item.reply_to if item.part == 0 else None
+    return Outbound(
+        Route(item.surface, item.chat_id, item.thread_id, reply_to),
+        cast(OutboundKind, item.kind),
+        item.text,
+        item.run_id,
+        session_key=item.session_key,
+        dedupe_key=item.dedupe_key,
+        nonce=item.nonce,
+    )
+
+
+class Courier:
+    """One worker per chat with something to send, so a slow chat (a 429 back-off) holds up only itself.
+
+    Every chunk is marked `sending` before it is handed to the platform and `sent` (with the platform's
+    message id) or `failed` after: a crash in between leaves it `sending`, which the next start knows
+    to be uncertain. Without a store (unit tests) rows are only sent.
+    """
+
+    def __init__(self, store: Store | None, senders: dict[str, Sender]) -> None:
+        self.store = store
+        self.senders = senders
+        self._chats: dict[ChatKey, _Chat] = {}
+
+    def submit(self, rows: Sequence[OutboxRow]) -> asyncio.Future[list[str | None]]:
+        """Send rows of one chat after what that chat already waits for; the future resolves with each
+        row's platform message id (None where it was not sent)."""
+        done: asyncio.Future[list[str | None]] = asyncio.get_running_loop().create_future()
+        if not rows:
+            done.set_result([])
+            return done
+        key = (rows[0].item.surface, rows[0].item.chat_id)
+        chat = self._chats.setdefault(key, _Chat())
+        chat.jobs.append(_Job(rows, done))
+        if chat.worker is None or chat.worker.done():
+            chat.worker = asyncio.create_task(self._work(key, chat), name=f"courier:{key[0]}:{key[1]}")
+        return done
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._chats)
+
+    async def idle(self) -> None:
+        """Wait until every chat's queue is empty."""
+        while workers := [
+            chat.worker for chat in self._chats.values() if chat.worker and not chat.worker.done()
+        ]:
+            await asyncio.gather(*workers, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop sending. A chunk in flight stays `sending` (uncertain); queued ones stay `pending`."""
+        chats, self._chats = list(self._chats.values()), {}
+        for chat in chats:
+            if chat.worker is not None:
+                chat.worker.cancel()
+        for chat in chats:
+            if chat.worker is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await chat.worker
+            for job in chat.jobs:
+                if not job.done.done():
+                    job.done.cancel()
+
+    async def _work(self, key: ChatKey, chat: _Chat) -> None:
+        try:
+            while chat.jobs:
+                job = chat.jobs[0]
+                try:
+                    ids = await self._send_rows(job.rows)
+                except Exception as exc:  # a bug here must not silence the chat for good
+                    log.exception("delivering to %s:%s failed", *key)
+                    if not job.done.done():
+                        job.done.set_exception(exc)
+                else:
+                    if not job.done.done():
+                        job.done.set_result(ids)
+                chat.jobs.popleft()
+        finally:
+            if self._chats.get(key) is chat and not chat.jobs:
+                del self._chats[key]
+
+    async def _send_rows(self, rows: Sequence[OutboxRow]) -> list[str | None]:
+        ids: list[str | None] = []
+        failed_item: int | None = None
+        for row in rows:
+            item_id = row.id - row.item.part
+            if failed_item == item_id:
+                await self._mark(row.id, "failed", reason=EARLIER_PART_FAILED)
+                ids.append(None)
+                continue
+            message_id, ok = await self._send(row)
+            if not ok:
+                failed_item = item_id
+            ids.append(message_id)
+        return ids
+
+    async def _send(self, row: OutboxRow) -> tuple[str | None, bool]:
+        item = row.item
+        sender = self.senders.get(item.surface)
+        if sender is None:
+            log.error("no adapter for surface %s; %s not delivered", item.surface, item.kind)
+            await self._mark(row.id, "failed", reason=f"no adapter for surface {item.surface}")
+            return None, False
+        await self._mark(row.id, "sending")
+        try:
+            message_id = await sender.send(outbound_of(row))
+        except Exception as exc:
+            log.exception("sending %s to %s failed", item.kind, item.surface)
+            await self._mark(row.id, "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
+            return None, False
+        await self._mark(row.id, "sent", platform_msg_id=message_id)
+        return message_id, True
+
+    async def _mark(
+        self,
+        row_id: int,
+        state: OutboxState,
+        *,
+        platform_msg_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        if self.store is not None and row_id > 0:
+            # Shielded: a cancel (shutdown) must not leave a chunk Telegram took marked `sending`.
+            await asyncio.shield(
+                self.store.mark_outbox(row_id, state, platform_msg_id=platform_msg_id, reason=reason)
+            )
