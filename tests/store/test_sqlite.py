@@ -274,7 +274,7 @@ async def test_failed_result_insert_leaves_neither_row_and_store_stays_usable(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(store_module, "_insert_message", fail_second)
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(StoreError, match="disk I/O error"):
         await store.add_tool_exchange(session.id, "r1", exchange("c1", {"group_name": "web"}))
     assert calls == 2
     assert await store.count_messages(session.id) == 0
@@ -592,20 +592,31 @@ def outbox_item(**fields: Any) -> OutboxItem:
 
 async def test_an_outbox_item_moves_from_pending_to_sent_with_its_message_id(store: SQLiteStore) -> None:
     session = await store.ensure_active_session("main")
-    item_id = await store.add_outbox(outbox_item(session_id=session.id, session_key="main"))
-    assert item_id is not None
+    [item_id] = await store.add_outbox(outbox_item(session_id=session.id, session_key="main"))
+    await store.mark_outbox(item_id, "sending")
     await store.mark_outbox(item_id, "sent", platform_msg_id="99")
     [row] = await store.outbox(session_id=session.id)
     assert (row.item.state, row.platform_msg_id, row.item.session_key) == ("sent", "99", "main")
 
 
 async def test_an_item_with_a_used_dedupe_key_is_refused(store: SQLiteStore) -> None:
-    assert await store.add_outbox(outbox_item(dedupe_key="announce:x")) is not None
-    assert await store.add_outbox(outbox_item(dedupe_key="announce:x", text="again")) is None
+    assert len(await store.add_outbox(outbox_item(dedupe_key="announce:x"))) == 1
+    assert await store.add_outbox(outbox_item(dedupe_key="announce:x", text="again")) == []
     assert [r.item.text for r in await store.outbox()] == ["hi"]
     # Items without a key never collide.
-    assert await store.add_outbox(outbox_item()) is not None
-    assert await store.add_outbox(outbox_item()) is not None
+    assert len(await store.add_outbox(outbox_item())) == 1
+    assert len(await store.add_outbox(outbox_item())) == 1
+
+
+async def test_the_chunks_of_one_item_are_written_together_with_consecutive_ids(store: SQLiteStore) -> None:
+    parts = [outbox_item(text=f"part {n}", part=n, parts=3, dedupe_key="reply:r1") for n in range(3)]
+    ids = await store.add_outbox(*parts)
+    assert ids == [ids[0], ids[0] + 1, ids[0] + 2]
+    # A second write of the same item is refused whole: not one chunk goes out twice.
+    assert await store.add_outbox(*parts) == []
+    assert [(r.item.text, r.id - r.item.part) for r in await store.outbox()] == [
+        (f"part {n}", ids[0]) for n in range(3)
+    ]
 
 
 async def test_suppressed_items_are_counted_per_session(store: SQLiteStore) -> None:
