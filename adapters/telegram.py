@@ -14,13 +14,29 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import httpx
-from telegram import BotCommand, LinkPreviewOptions, Message, ReplyParameters, Update
+from telegram import Bot, BotCommand, LinkPreviewOptions, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TimedOut
-from telegram.ext import Application, ContextTypes, MessageHandler, filters
+from telegram.error import (
+    BadRequest,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
+from telegram.request import HTTPXRequest
 from telegram.warnings import PTBDeprecationWarning
 
 from adapters.telegram_format import to_telegram_html
+from adapters.telegram_updates import (
+    ALLOWED_UPDATES,
+    Intake,
+    IntakeBot,
+    Poller,
+    WebhookServer,
+    close_quietly,
+)
 from bridge.config import Settings, TelegramSettings
 from bridge.events import AdapterStartError, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
@@ -34,6 +50,8 @@ MAX_ATTEMPTS = 5
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 RETRY_AFTER_CAP_S = 120.0
+# Connections for sends and edits; PTB's Application used as many.
+SEND_CONNECTIONS = 256
 _MEDIA_KINDS = (
     "photo",
     "sticker",
@@ -80,7 +98,9 @@ class TelegramAdapter:
     ):
         self.settings = settings
         self._sleep = sleep
-        self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
+        self._bot: IntakeBot | None = None
+        self._poller: Poller | None = None
+        self._webhook: WebhookServer | None = None
         self._handler: InboundHandler | None = None
         self.bot_id: int | None = None
         self.username: str = ""
@@ -92,76 +112,99 @@ class TelegramAdapter:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, handler: InboundHandler) -> None:
+        if self._bot is not None:
+            raise RuntimeError("this Telegram adapter is already running")
         self._handler = handler
         cfg = self.settings
-        app = (
-            Application.builder()
-            .token(cfg.token.get_secret_value())
-            .base_url(f"{cfg.api_base}/bot")
-            .base_file_url(f"{cfg.api_base}/file/bot")
-            .get_updates_read_timeout(cfg.poll_timeout_s + 10)
-            .build()
+        bot = IntakeBot(
+            cfg.token.get_secret_value(),
+            base_url=f"{cfg.api_base}/bot",
+            base_file_url=f"{cfg.api_base}/file/bot",
+            request=HTTPXRequest(connection_pool_size=SEND_CONNECTIONS),
+            # A long poll is answered within poll_timeout_s; the extra 10 s covers a slow network.
+            # Two connections, so stop()'s final confirmation never waits for an abandoned poll's.
+            get_updates_request=HTTPXRequest(connection_pool_size=2, read_timeout=cfg.poll_timeout_s + 10),
         )
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
-        app.add_error_handler(self._on_error)
         try:
-            await app.initialize()
+            await bot.initialize()  # getMe
         except InvalidToken:
+            await close_quietly(bot)
             raise AdapterStartError(
                 "Telegram rejected the bot token (Unauthorized). Check [telegram] token, or "
                 "BRIDGE_TELEGRAM__TOKEN; @BotFather's /token shows it."
             ) from None
         except NetworkError as exc:
+            await close_quietly(bot)
             raise AdapterStartError(f"Can't reach the Telegram Bot API at {cfg.api_base}: {exc}") from None
-        self._app = app
-        self.bot_id, self.username = app.bot.id, (app.bot.username or "").lower()
+        self._bot = bot
+        self.bot_id, self.username = bot.id, (bot.username or "").lower()
         try:
-            await app.bot.set_my_commands([BotCommand(name, text) for name, text in COMMANDS])
-        except NetworkError as exc:  # the menu is a nicety; the bot works without it
+            await bot.set_my_commands([BotCommand(name, text) for name, text in COMMANDS])
+        except TelegramError as exc:  # the menu is a nicety; the bot works without it
             log.warning("Telegram: setMyCommands failed: %s", exc)
-        await app.start()
-        assert app.updater is not None
-        if cfg.mode == "webhook":
-            assert cfg.webhook_url is not None
-            secret = cfg.webhook_secret.get_secret_value() or secrets.token_urlsafe(32)
-            await app.updater.start_webhook(
-                listen=cfg.listen,
-                port=cfg.port,
-                url_path=urlparse(cfg.webhook_url).path.lstrip("/"),
-                webhook_url=cfg.webhook_url,
-                secret_token=secret,
-                allowed_updates=["message"],
-            )
-        else:
-            await app.updater.start_polling(
-                poll_interval=0, timeout=cfg.poll_timeout_s, allowed_updates=["message"]
-            )
+        intake = Intake(self._take)
+        try:
+            if cfg.mode == "webhook":
+                await self._start_webhook(bot, intake)
+            else:
+                self._poller = Poller(bot, intake, timeout_s=cfg.poll_timeout_s, sleep=self._sleep)
+                self._poller.start()
+        except BaseException:
+            await self.stop()
+            raise
         log.info("Telegram: @%s is listening (%s)", self.username, cfg.mode)
 
+    async def _start_webhook(self, bot: IntakeBot, intake: Intake) -> None:
+        cfg = self.settings
+        assert cfg.webhook_url is not None
+        secret = cfg.webhook_secret.get_secret_value() or secrets.token_urlsafe(32)
+        path = urlparse(cfg.webhook_url).path or "/"
+        server = WebhookServer(intake, listen=cfg.listen, port=cfg.port, path=path, secret=secret)
+        try:
+            await server.start()
+        except OSError as exc:
+            raise AdapterStartError(
+                f"Can't listen on {cfg.listen}:{cfg.port} for the Telegram webhook ({exc}). Set [telegram] "
+                "listen and port to a free address."
+            ) from None
+        self._webhook = server
+        # The server is up first, so the updates Telegram sends at once find it listening.
+        try:
+            await bot.set_webhook(cfg.webhook_url, secret_token=secret, allowed_updates=ALLOWED_UPDATES)
+        except TelegramError as exc:
+            raise AdapterStartError(f"Telegram refused the webhook {cfg.webhook_url}: {exc}") from None
+
     async def stop(self) -> None:
-        app, self._app = self._app, None
-        if app is None:
-            return
-        if app.updater is not None and app.updater.running:
-            await app.updater.stop()
-        if app.running:
-            await app.stop()
-        await app.shutdown()
+        """Stop listening and close the Bot API client; returns within seconds and never raises."""
+        poller, self._poller = self._poller, None
+        webhook, self._webhook = self._webhook, None
+        bot, self._bot = self._bot, None
+        if poller is not None:
+            await poller.stop()
+        if webhook is not None:
+            await webhook.stop()
+        if bot is not None:
+            await close_quietly(bot)
 
     @property
-    def bot(self) -> Any:
-        if self._app is None:
+    def bot(self) -> Bot:
+        if self._bot is None:
             raise RuntimeError("the Telegram adapter is not started")
-        return self._app.bot
+        return self._bot
 
     # ------------------------------------------------------------------ inbound
 
-    async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def _take(self, raw: Any) -> None:
+        """Parse one raw update, normalize it and hand it to the core; what the core raises goes up."""
+        # PTB parses each update on its own here: one it can't parse fails alone (a poison update).
+        update = Update.de_json(raw, self.bot)
         message = update.message
         if message is None or self._handler is None:
             return
         inbound = self.normalize(message)
         if inbound is not None:
+            # The handler returns once the message is stored; a future it may return is the run's
+            # completion, which intake must not wait for.
             await self._handler(inbound)
 
     def normalize(self, message: Message) -> Inbound | None:
@@ -222,16 +265,14 @@ class TelegramAdapter:
             mentioned = True
         return mentioned, text, False
 
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        log.error("Telegram: handling an update failed", exc_info=context.error)
-
     # ------------------------------------------------------------------ outbound
 
     async def send(self, item: Outbound) -> str | None:
         chat_id = int(item.route.chat_id)
         params = self._params(item.route)
         ids: list[int] = []
-        for index, (html, plain) in enumerate(self._chunks(item)):
+        # A piece from split() is one message; a longer text is still split here, as a safety net.
+        for index, (html, plain) in enumerate(self._chunks(item.kind, item.text)):
             reply_to = item.route.reply_to if index == 0 else None
             message = await self._send_chunk(chat_id, html, plain, reply_to, params)
             ids.append(message.message_id)
@@ -240,10 +281,14 @@ class TelegramAdapter:
         # Activity is edited later through its first message; a reply is known by its last.
         return str(ids[0] if item.kind == "activity" else ids[-1])
 
-    def _chunks(self, item: Outbound) -> list[tuple[str | None, str]]:
+    def split(self, kind: str, text: str) -> list[str]:
+        """The plain-text pieces an outbound item is sent as: send() sends each as one message."""
+        return [plain for _, plain in self._chunks(kind, text)]
+
+    def _chunks(self, kind: str, text: str) -> list[tuple[str | None, str]]:
         """(html or None, plain text) per message; only replies carry Markdown."""
-        pieces = split_message(item.text, TEXT_LIMIT, utf16_len)
-        if item.kind != "reply":
+        pieces = split_message(text, TEXT_LIMIT, utf16_len)
+        if kind != "reply":
             return [(None, piece) for piece in pieces]
         chunks: list[tuple[str | None, str]] = []
         for piece in pieces:
@@ -254,8 +299,12 @@ class TelegramAdapter:
         html = to_telegram_html(piece)
         if not html.strip():
             return [(None, piece)]
-        if utf16_len(_visible(html)) <= TEXT_LIMIT or limit < 1024:
+        if utf16_len(_visible(html)) <= TEXT_LIMIT:
             return [(html, piece)]
+        if limit < 1024:
+            # Still too long rendered (a table padded very wide): the piece goes as the plain text,
+            # which fits. This also keeps split() stable: chunking a piece again yields that piece.
+            return [(None, piece)]
         # Rendering made the text longer (tables are padded): split that piece finer.
         out: list[tuple[str | None, str]] = []
         for smaller in split_message(piece, limit // 2, utf16_len):

@@ -1,4 +1,4 @@
-"""The real PTB Application against the fake Bot API: DMs, groups, topics, output and faults."""
+"""The real TelegramAdapter (PTB's Bot) against the fake Bot API: DMs, groups, topics, output, faults."""
 
 from __future__ import annotations
 
@@ -84,7 +84,10 @@ async def test_activity_is_edited_in_place_and_the_reply_is_a_separate_message(
     )
     async with rig(fake_llm) as r:
         asked = tg.dm(OWNER, "my sessions?")
-        activity, reply = await r.sent_to(OWNER, 2)
+        await r.sent_to(OWNER, 2)
+        # The activity message finishes on its own after the reply went out: wait for its last edit.
+        await tg.wait_for(lambda: "sessions_list() ✓" in tg.messages_in(OWNER)[0]["text"])
+        activity, reply = tg.messages_in(OWNER)
     assert activity["text"] == "⚙ load_tool_group(group_name=sessions) ✓\n⚙ sessions_list() ✓"
     assert activity["reply_to_message_id"] is None and activity["edit_count"] >= 1
     assert reply["text"] == "One session." and reply["reply_to_message_id"] == asked["message_id"]

@@ -310,8 +310,10 @@ class FakeTelegram(LoopbackServer):
     """The Bot API on 127.0.0.1, random port: POST {api_base}/bot{token}/{method}.
 
     Point PTB at it with base_url=f"{api_base}/bot" and base_file_url=f"{api_base}/file/bot".
-    Push user messages with dm()/group()/push_message(); read what the bot did from sent, edits,
-    chat_actions, commands, webhook and calls. Only getUpdates long-polls; stop() ends open polls.
+    Push user messages with dm()/group()/push_message(), any other shape with push_raw_update(); read
+    what the bot did from sent, edits, chat_actions, commands, webhook, calls and get_updates_offsets,
+    and what it has not confirmed yet from pending_updates. Only getUpdates long-polls; stop() ends
+    open polls.
     """
 
     def __init__(self, token: str = "123456:TEST-TOKEN", bot_username: str = "bridge_test_bot") -> None:
@@ -471,6 +473,17 @@ class FakeTelegram(LoopbackServer):
         self._enqueue("edited_message", edited)
         return copy.deepcopy(edited)
 
+    def push_raw_update(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Queue an update exactly as given, with the next update_id: shapes push_message can't make.
+
+        E.g. {"message": {...}} holding fields an older or newer Bot API server sends. Returns the update.
+        """
+        update = {"update_id": self._next_update_id, **{k: v for k, v in payload.items() if k != "update_id"}}
+        self._next_update_id += 1
+        self._updates.append(update)
+        self._notify()
+        return copy.deepcopy(update)
+
     def redeliver_all(self) -> None:
         """Forget every confirmation, as if the bot crashed before its offset reached Telegram."""
         self._confirmed_below = 1
@@ -480,6 +493,11 @@ class FakeTelegram(LoopbackServer):
     def pending_updates(self) -> list[dict[str, Any]]:
         """Updates not yet confirmed through getUpdates' offset."""
         return [copy.deepcopy(u) for u in self._updates if u["update_id"] >= self._confirmed_below]
+
+    @property
+    def get_updates_offsets(self) -> list[int | None]:
+        """The offset of every getUpdates request so far, in order (None when it carried none)."""
+        return [params.get("offset") for method, params in self.calls if method == "getupdates"]
 
     @property
     def open_polls(self) -> int:
