@@ -7,16 +7,26 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bridge import __version__
-from bridge.config import ConfigError, Settings, load_settings, render_settings, resolve_config_path
+from bridge.config import (
+    ConfigError,
+    Settings,
+    known_surfaces,
+    load_settings,
+    mask_url,
+    render_settings,
+    resolve_config_path,
+)
 from bridge.events import AdapterStartError
-from bridge.logs import setup_logging
+from bridge.logs import redactor, setup_logging
 from bridge.store.base import StoreError
 
 if TYPE_CHECKING:
@@ -28,6 +38,28 @@ if TYPE_CHECKING:
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
+# The largest LIMIT SQLite takes; a larger --limit means "all of them" anyway.
+SQLITE_MAX_INT = 2**63 - 1
+
+
+def _text(value: str) -> str:
+    """An argument compared with stored text: bytes that are not UTF-8 arrive as lone surrogates."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{value!a} is not valid UTF-8 text") from None
+    return value
+
+
+def _count(value: str) -> int:
+    """A positive whole number; anything past what SQLite can hold means all of them."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return min(number, SQLITE_MAX_INT)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,13 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     backup.add_argument("--config", type=Path, help=config_help)
 
     trace = sub.add_parser("trace", help="print what one run sent to the model and which tools it ran")
-    trace.add_argument("run_id", metavar="RUN_ID")
+    trace.add_argument("run_id", metavar="RUN_ID", type=_text)
     trace.add_argument("--json", action="store_true", help="the trace as JSON, each model request whole")
     trace.add_argument("--config", type=Path, help=config_help)
 
     runs = sub.add_parser("runs", help="list recent runs, newest first")
-    runs.add_argument("--session", metavar="KEY", help="only runs of this session key, e.g. main")
-    runs.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    runs.add_argument("--session", metavar="KEY", type=_text, help="only runs of this session key, e.g. main")
+    runs.add_argument("--limit", type=_count, default=20, help="how many runs (default 20)")
     runs.add_argument("--config", type=Path, help=config_help)
 
     policy = sub.add_parser("policy", help="inspect the send policy")
@@ -64,8 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     explain = policy_sub.add_parser(
         "explain", help="show which rule decides whether the bot speaks in a session"
     )
-    explain.add_argument("session_key", metavar="SESSION_KEY", help="e.g. main or telegram:group:-100123")
-    explain.add_argument("--surface", help="for 'main' (it spans surfaces): the surface to decide for")
+    explain.add_argument(
+        "session_key", metavar="SESSION_KEY", type=_text, help="e.g. main or telegram:group:-100123"
+    )
+    explain.add_argument(
+        "--surface", type=_text, help="for 'main' (it spans surfaces): the surface to decide for"
+    )
     explain.add_argument("--config", type=Path, help=config_help)
 
     local = sub.add_parser(
@@ -110,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(chat(settings, path) if args.command == "chat" else run(settings, path))
     except AdapterStartError as exc:
-        print(f"bridge: {exc}", file=sys.stderr)
+        # Not through logging, so not through its filter: a platform's error can quote its API URL.
+        print(f"bridge: {mask_url(redactor(settings)(str(exc)))}", file=sys.stderr)
         return EXIT_RUNTIME
     except ConfigError as exc:
         print(f"bridge: config error:\n{exc}", file=sys.stderr)
@@ -123,6 +160,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_config(settings: Settings, path: Path | None) -> int:
+    """Print the effective settings, or what `bridge run` would reject in them (exit status 2)."""
+    from bridge.tools.catalog import build_registry
+
+    try:
+        # The tools the app would offer, built as the app builds them: manifests and disabled names.
+        build_registry(settings)
+    except ConfigError as exc:
+        print(f"bridge: config error:\n{exc}", file=sys.stderr)
+        return EXIT_CONFIG
     source = resolve_config_path(path)
     print(f"# effective config from {source or 'defaults'} and BRIDGE_* environment variables")
     print(render_settings(settings), end="")
@@ -172,7 +218,7 @@ async def list_runs(settings: Settings, session_key: str | None, limit: int) -> 
     """`bridge runs`: newest first, one line each."""
     try:
         async with _existing_store(settings) as store:
-            runs = await store.list_runs(session_key=session_key, limit=max(1, limit))
+            runs = await store.list_runs(session_key=session_key, limit=limit)
     except StoreError as exc:
         print(f"bridge: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
@@ -210,6 +256,12 @@ async def explain_policy(settings: Settings, key: str, surface: str | None) -> i
     except SessionKeyError as exc:
         print(f"bridge: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if surface is not None and surface not in (known := known_surfaces()):
+        print(
+            f"bridge: --surface {surface!r} is not a known surface; known surfaces: {', '.join(known)}",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     session = None
     # Read the /send override from the bot's database, without creating one where there is none.
     if settings.storage.path.is_file():
@@ -244,7 +296,11 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
     # Imported here so `check-config` stays fast and works even if a runtime dependency is broken.
     from bridge.app import Bridge, load_adapter_class
 
-    console = load_adapter_class("console")()
+    # Line history beside the database, so each bot (each config) keeps its own.
+    console = load_adapter_class("console")(history=settings.storage.path.parent / "chat_history")
+    # The reloader compares later edits with what the file said, not with the local model's
+    # settings put in their place below, which would look like edits waiting for a restart.
+    file_settings = settings
     local = None
     if settings.llm.base_url is None and not settings.llm.api_key.get_secret_value():
         from bridge.localmodel import LocalModel
@@ -260,14 +316,14 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
             return EXIT_CONFIG
         settings = with_local_model(settings, local.base_url, local.mode)
     async with Bridge(settings, extra_owners=console.implicit_owners) as bridge:
-        reloader = _watch_config(bridge, settings, path)
+        reloader = _watch_config(bridge, file_settings, path)
         bridge.add_sender(console)
         if local is not None:
             console.notice(
                 f"Using the local model at {local.base_url} ({local.mode} tool calls), because no "
                 "[llm] base_url is configured. `bridge local-model stop` stops it."
             )
-        where = settings.llm.base_url or (
+        where = mask_url(settings.llm.base_url or "") or (
             "the Anthropic API" if settings.llm.provider == "anthropic" else "the OpenAI API"
         )
         console.notice(

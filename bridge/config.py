@@ -6,8 +6,9 @@ import json
 import os
 import re
 import tomllib
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Annotated, Any, Literal, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -23,6 +24,11 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 DEFAULT_CONFIG_PATH = Path("config.toml")
 _OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
+# Where platform adapters register; its names are the surfaces (bridge.app loads them from here).
+ADAPTER_GROUP = "bridge.adapters"
+REDACTED = "<redacted>"
+# scheme://userinfo@: the userinfo ends at the last "@" before the path, query or fragment.
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Bridge, a helpful assistant reachable from chat apps. Answer concisely. "
@@ -32,6 +38,21 @@ DEFAULT_SYSTEM_PROMPT = (
 
 class ConfigError(Exception):
     """A configuration problem, worded for the operator: which key, and why."""
+
+
+def mask_url(text: str) -> str:
+    """The text with the user and password of every URL in it replaced by <redacted>."""
+    return _URL_USERINFO.sub(rf"\g<scheme>{REDACTED}@", text)
+
+
+def url_userinfo(text: str) -> list[str]:
+    """The "user:password" part of each URL in the text, as written."""
+    return [match.group("userinfo") for match in _URL_USERINFO.finditer(text) if match.group("userinfo")]
+
+
+def known_surfaces() -> list[str]:
+    """The installed adapters' names: console, telegram, discord and any third-party platform."""
+    return sorted({ep.name for ep in entry_points(group=ADAPTER_GROUP)})
 
 
 class _Section(BaseModel):
@@ -79,7 +100,7 @@ class ToolsSettings(_Section):
     allow_private_network: bool = False
     default_timeout_s: float = Field(30.0, gt=0)
     # Per-tool overrides of default_timeout_s, e.g. { webfetch = 20 }.
-    timeouts: dict[str, float] = Field(default_factory=dict)
+    timeouts: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     # JSON manifests (files or folders of *.json) that define extra tool groups.
     manifests: list[Path] = Field(default_factory=list)
     web_max_bytes: int = Field(2_000_000, gt=0)
@@ -234,6 +255,14 @@ class RuleMatch(_Section):
     chat_type: Literal["dm", "group", "channel"] | None = None
     key_prefix: str | None = None
 
+    @field_validator("surface")
+    @classmethod
+    def _known_surface(cls, value: str | None) -> str | None:
+        # A misspelt surface would match nothing, so its rule would silently never apply.
+        if value is not None and value not in (known := known_surfaces()):
+            raise ValueError(f"{value!r} is not a known surface; known surfaces: {', '.join(known)}")
+        return value
+
 
 class SendRule(_Section):
     action: Literal["allow", "deny", "ignore"]
@@ -317,6 +346,11 @@ def load_settings(path: Path | None = None) -> Settings:
             raise ConfigError(f"{path}: config file not found") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                "save the file as UTF-8"
+            ) from None
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     try:
@@ -382,11 +416,8 @@ def _env_name(parts: list[str]) -> str:
     return "BRIDGE_" + "__".join(parts).upper()
 
 
-REDACTED = "<redacted>"
-
-
 def render_settings(settings: Settings) -> str:
-    """The effective settings as TOML, with every secret redacted."""
+    """The effective settings as TOML, with every secret (and any user and password in a URL) redacted."""
     top: list[str] = []
     sections: list[str] = []
     for name in type(settings).model_fields:
@@ -424,7 +455,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         # A JSON string is a valid TOML basic string (same escapes), except that TOML also forbids
         # a raw DEL character, which JSON leaves unescaped.
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+        return json.dumps(mask_url(value), ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, BaseModel):

@@ -5,24 +5,40 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from urllib.parse import unquote
 
 from pydantic import BaseModel, SecretStr
 
-from bridge.config import Settings
+from bridge.config import REDACTED, Settings, url_userinfo
 
-REDACTED = "<redacted>"
 # Shorter "secrets" would redact ordinary words in log lines.
 MIN_SECRET_LEN = 6
 
 
 def secret_values(model: BaseModel) -> Iterator[str]:
-    """Every non-empty SecretStr in the settings, however deep."""
+    """Every non-empty SecretStr in the settings, however deep, and the credentials in URL settings."""
     for name in type(model).model_fields:
         value = getattr(model, name)
-        if isinstance(value, SecretStr) and len(value.get_secret_value()) >= MIN_SECRET_LEN:
-            yield value.get_secret_value()
+        if isinstance(value, SecretStr):
+            candidates = [value.get_secret_value()]
+        elif isinstance(value, str):
+            candidates = list(_url_credentials(value))
         elif isinstance(value, BaseModel):
             yield from secret_values(value)
+            continue
+        else:
+            continue
+        yield from (secret for secret in candidates if len(secret) >= MIN_SECRET_LEN)
+
+
+def _url_credentials(value: str) -> Iterator[str]:
+    """The whole "user:password" of each URL, and the password alone, as written and decoded."""
+    for userinfo in url_userinfo(value):
+        password = userinfo.partition(":")[2]
+        # httpx and others log a URL's credentials as written or percent-decoded.
+        for part in (userinfo, password):
+            yield part
+            yield unquote(part)
 
 
 class RedactSecrets(logging.Filter):
@@ -30,8 +46,8 @@ class RedactSecrets(logging.Filter):
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        # Longest first, so a secret that contains another is replaced whole.
-        self.secrets = sorted(set(secrets), key=len, reverse=True)
+        # Longest first, so a secret that contains another is replaced whole; "" would match everywhere.
+        self.secrets = sorted({secret for secret in secrets if secret}, key=len, reverse=True)
 
     def _clean(self, text: str) -> str:
         for secret in self.secrets:
@@ -52,9 +68,14 @@ class RedactSecrets(logging.Filter):
         return True
 
 
+def redacting(secrets: Iterable[str]) -> Callable[[str], str]:
+    """A function that blanks each of these secrets in a text."""
+    return RedactSecrets(secrets)._clean
+
+
 def redactor(settings: Settings) -> Callable[[str], str]:
     """A function that blanks every configured secret in a text (run traces use it)."""
-    return RedactSecrets(secret_values(settings))._clean
+    return redacting(secret_values(settings))
 
 
 def setup_logging(settings: Settings) -> None:

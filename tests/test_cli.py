@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.localmodel import MODEL_ALIAS
+from bridge.localmodel import MODEL_ALIAS, process_start
 from tests.corruption import damage
 from tests.fakes import openai_server as fake_replies
 from tests.fakes.loopback import closed_port
@@ -283,7 +283,8 @@ async def test_chat_without_base_url_uses_the_running_local_model_and_says_so_fi
         cache.mkdir()
         port = int(fake.base_url.rsplit(":", 1)[1].split("/")[0])
         # What `bridge local-model start` leaves behind; this test process stands in for the server.
-        (cache / "server.json").write_text(json.dumps({"pid": os.getpid(), "port": port, "mode": "text"}))
+        state = {"pid": os.getpid(), "port": port, "mode": "text", "started": process_start(os.getpid())}
+        (cache / "server.json").write_text(json.dumps(state))
         config = write_config(tmp_path, None)
         done = await bridge(
             "chat", "--config", str(config), cwd=tmp_path, lines=("hi",), BRIDGE_LOCAL_MODEL_DIR=str(cache)

@@ -333,7 +333,9 @@ class AgentRunner:
         try:
             completion = await self.provider.complete(messages, tools)
         except ProviderError as exc:
-            state.trace.model_call(started, messages, tools, error=exc.message, final=final)
+            state.trace.model_call(
+                started, messages, tools, error=exc.message, error_detail=exc.detail, final=final
+            )
             raise
         state.trace.model_call(started, messages, tools, completion, final=final)
         state.add_usage(completion)

@@ -57,6 +57,7 @@ class RunTrace:
         completion: Completion | None = None,
         error: str | None = None,
         *,
+        error_detail: str = "",
         final: bool = False,
     ) -> None:
         # The exact body the provider sent when it reports one; else the structured request. The
@@ -75,6 +76,9 @@ class RunTrace:
             step["usage"] = dataclasses.asdict(completion.usage)
         if error is not None:
             step["error"] = error
+        if error_detail:
+            # What the server answered in full (the user saw a one-line summary); to_json redacts it.
+            step["error_detail"] = error_detail
         self.steps.append(step)
 
     def _shared(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -162,6 +166,8 @@ def format_trace(text: str) -> str:
             )
             if "error" in step:
                 lines.append(f"    error: {step['error']}")
+            if step.get("error_detail"):
+                lines.append("    detail: " + str(step["error_detail"]).replace("\n", "\n      "))
             for call in step.get("tool_calls") or []:
                 lines.append(f"    asked for {call['name']}({call['arguments']})")
             if step.get("content"):

@@ -7,8 +7,9 @@ import re
 import uuid
 from typing import Any
 
+from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, ToolCall, Usage
-from bridge.llm.http import AttemptFailed, HTTPProvider, as_int, trim
+from bridge.llm.http import AttemptFailed, HTTPProvider, as_int
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -112,7 +113,7 @@ def _wire_id(call_id: str | None) -> str:
 
 def _tool_use(call: ToolCall) -> dict[str, Any]:
     try:
-        arguments = json.loads(call.arguments or "{}")
+        arguments = loads(call.arguments or "{}")
     except ValueError:
         arguments = None
     if not isinstance(arguments, dict):
@@ -149,7 +150,7 @@ def parse_message(data: Any) -> Completion:
     content = data.get("content")
     if not isinstance(content, list):
         error = data.get("error")
-        hint = trim(str(error.get("message", ""))) if isinstance(error, dict) else ""
+        hint = str(error.get("message", "")) if isinstance(error, dict) else ""
         raise AttemptFailed("malformed", "no content", detail=f"no content{': ' + hint if hint else ''}")
     texts: list[str] = []
     calls: list[ToolCall] = []

@@ -1,23 +1,34 @@
-"""What HTTP model providers share: one JSON POST per attempt, retries, readable errors, no leaked key."""
+"""What HTTP model providers share: one JSON POST per attempt, retries, readable errors, no leaked secret."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+import re
 from typing import Any
 
 import httpx
 
-from bridge.config import LLMSettings
+from bridge.config import REDACTED, LLMSettings, mask_url
+from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, ProviderError
 from bridge.llm.retry import RetryableError, Sleep, parse_retry_after, with_retries
+from bridge.localmodel import is_local_model_url
+from bridge.logs import redacting, secret_values
 
 # Statuses that say "this exact request will never work": retrying only delays the bad news.
 NOT_RETRYABLE_KEY = frozenset({401, 403})
 # 408 (request timeout) and 409 (conflict) are transient on some gateways, like 429 and 5xx.
 RETRYABLE_4XX = frozenset({408, 409, 429})
-MAX_DETAIL_CHARS = 300
+# What of the server's own words reaches the chat: one line, this long at most.
+MAX_SUMMARY_CHARS = 200
+# What of the server's answer a run's trace keeps; an HTML error page can run to megabytes.
+MAX_BODY_CHARS = 10_000
+# A URL in a server's text may name internal hosts or carry credentials; the chat sees "<url>".
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]*[^\s'\"<>()\[\]{}.,;:!?]")
+# Key-shaped words a server may echo that are not in our settings: "sk-...", "Bearer ...".
+_TOKEN = re.compile(r"\bsk-[A-Za-z0-9_-]{8,}|\bBearer\s+\S+", re.IGNORECASE)
 
 
 class AttemptFailed(RetryableError):
@@ -30,12 +41,16 @@ class AttemptFailed(RetryableError):
         *,
         status: int | None = None,
         detail: str = "",
+        body: str = "",
         retry_after: float | None = None,
     ) -> None:
         super().__init__(reason, retry_after=retry_after)
         self.kind = kind  # refused | unreachable | timeout | http | malformed
         self.status = status
+        # `detail` is the short explanation the user's message summarises; `body` is all of the
+        # server's answer (or the connection error), for the run's trace.
         self.detail = detail
+        self.body = body
 
 
 class HTTPProvider:
@@ -55,7 +70,11 @@ class HTTPProvider:
     ) -> None:
         self._settings = settings
         self._base_url = settings.base_url or self.default_base_url
+        # The base URL as messages show it: any user and password in it masked.
+        self._shown_url = mask_url(self._base_url)
         self._api_key = settings.api_key.get_secret_value()
+        # The key at any length (a short one is still a key), and the credentials in base_url.
+        self._redact_secrets = redacting([*secret_values(settings), self._api_key])
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._retry_after_cap = retry_after_cap
@@ -106,24 +125,37 @@ class HTTPProvider:
         try:
             response = await self._client.post(self._endpoint(), json=body)
         except httpx.TimeoutException as exc:
-            raise AttemptFailed("timeout", f"timed out ({type(exc).__name__})") from exc
+            raise AttemptFailed("timeout", f"timed out ({type(exc).__name__})", body=chain(exc)) from exc
         except httpx.ConnectError as exc:
             if is_refused(exc):
-                raise AttemptFailed("refused", "connection refused") from exc
-            raise AttemptFailed("unreachable", "cannot connect", detail=describe_exc(exc)) from exc
+                raise AttemptFailed("refused", "connection refused", body=chain(exc)) from exc
+            raise AttemptFailed(
+                "unreachable", "cannot connect", detail=describe_exc(exc), body=chain(exc)
+            ) from exc
         except httpx.TransportError as exc:
-            raise AttemptFailed("unreachable", "connection failed", detail=describe_exc(exc)) from exc
+            raise AttemptFailed(
+                "unreachable", "connection failed", detail=describe_exc(exc), body=chain(exc)
+            ) from exc
         except httpx.RequestError as exc:
             # DecodingError and friends: the bytes arrived but could not be read.
-            raise AttemptFailed("malformed", "unreadable body", detail=describe_exc(exc)) from exc
+            raise AttemptFailed(
+                "malformed", "unreadable body", detail=describe_exc(exc), body=chain(exc)
+            ) from exc
 
         if response.status_code != 200:
             self._raise_for_status(response)
         try:
-            data = response.json()
+            data = loads(response.content)
         except ValueError as exc:
-            raise AttemptFailed("malformed", "invalid JSON", detail="not valid JSON") from exc
-        return self._parse(data)
+            raise AttemptFailed(
+                "malformed", "invalid JSON", detail="not valid JSON", body=response.text
+            ) from exc
+        try:
+            return self._parse(data)
+        except AttemptFailed as failure:
+            # The parsers see decoded JSON; the trace wants the answer as the server sent it.
+            failure.body = failure.body or response.text
+            raise
 
     def _raise_for_status(self, response: httpx.Response) -> None:
         status = response.status_code
@@ -135,6 +167,7 @@ class HTTPProvider:
                 f"HTTP {status}",
                 status=status,
                 detail=detail,
+                body=response.text,
                 retry_after=parse_retry_after(response.headers),
             )
         if status in NOT_RETRYABLE_KEY:
@@ -142,35 +175,50 @@ class HTTPProvider:
         elif status == 404:
             message = (
                 f"The model server has no such endpoint or model (HTTP 404): check [llm] base_url "
-                f"({self._base_url}) and [llm] model ({self._settings.model})."
+                f"({self._shown_url}) and [llm] model ({self._settings.model})."
             )
         elif status < 400:
             message = f"The model server answered with an unexpected HTTP {status}."
         else:
             message = f"The model server refused the request (HTTP {status})"
-            message += f": {detail}" if detail else "."
-        raise ProviderError(self._redact(message), retryable=False, status=status)
+            message += f": {self._summary(detail)}" if detail.strip() else "."
+        raise ProviderError(
+            self._redact(message), retryable=False, status=status, detail=self._full(response.text)
+        )
 
     # -- failure reporting -----------------------------------------------------------------
 
     def _exhausted(self, failure: AttemptFailed) -> ProviderError:
         attempts = failure.attempts
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
-        if failure.kind == "refused":
-            message = f"Can't reach the model server at {self._base_url}: connection refused ({tries})."
-        elif failure.kind == "unreachable":
-            message = f"Can't reach the model server at {self._base_url}: {failure.detail} ({tries})."
+        if failure.kind in ("refused", "unreachable"):
+            why = "connection refused" if failure.kind == "refused" else self._summary(failure.detail)
+            message = (
+                f"Can't reach the model server at {self._shown_url}: {why} ({tries}). {self._reach_hint()}"
+            )
         elif failure.kind == "timeout":
             message = (
-                f"The model server at {self._base_url} did not answer within "
+                f"The model server at {self._shown_url} did not answer within "
                 f"{self._settings.timeout_s:g} s ({tries})."
             )
         elif failure.kind == "http":
             message = f"The model server kept failing (HTTP {failure.status}) after {tries}"
-            message += f": {failure.detail}" if failure.detail else "."
+            message += f": {self._summary(failure.detail)}" if failure.detail.strip() else "."
         else:
-            message = f"The model server sent a malformed response ({failure.detail}) after {tries}."
-        return ProviderError(self._redact(message), retryable=True, status=failure.status)
+            summary = self._summary(failure.detail)
+            message = f"The model server sent a malformed response ({summary}) after {tries}."
+        return ProviderError(
+            self._redact(message),
+            retryable=True,
+            status=failure.status,
+            detail=self._full(failure.body or failure.detail),
+        )
+
+    def _reach_hint(self) -> str:
+        """What to run or check when nothing answers at the base URL."""
+        if is_local_model_url(self._base_url):
+            return "Start it with `bridge local-model start`."
+        return "Check that it is running and that [llm] base_url is right."
 
     def _log_retry(self, error: RetryableError, attempt: int, wait: float) -> None:
         total = self._settings.max_retries + 1
@@ -184,34 +232,40 @@ class HTTPProvider:
 
     def _redact(self, text: str) -> str:
         # Servers sometimes echo the key back ("Incorrect API key provided: sk-..."); never pass it on.
-        return text.replace(self._api_key, "***") if self._api_key else text
+        return mask_url(self._redact_secrets(text))
+
+    def _summary(self, text: str) -> str:
+        """The server's words as the chat may see them: secrets and URLs masked, one line, short."""
+        # URLs first: once a password inside one is masked, the URL no longer reads as one.
+        text = " ".join(self._redact(_TOKEN.sub(REDACTED, _URL.sub("<url>", text))).split())
+        return text if len(text) <= MAX_SUMMARY_CHARS else text[: MAX_SUMMARY_CHARS - 1] + "…"
+
+    def _full(self, text: str) -> str:
+        """The server's whole answer for the run's trace: secrets masked first, then cut to size."""
+        text = self._redact(text)
+        return text if len(text) <= MAX_BODY_CHARS else text[:MAX_BODY_CHARS] + "…"
 
 
 # -- helpers ---------------------------------------------------------------------------------
 
 
 def error_detail(response: httpx.Response) -> str:
-    """The server's own explanation: error.message from a JSON body, else the start of the text."""
+    """The server's own explanation: error.message from a JSON body, else its text (not yet shortened)."""
     try:
-        data = response.json()
+        data = loads(response.content)
     except ValueError:
-        return trim(response.text)
+        return response.text
     if isinstance(data, dict):
         error = data.get("error")
         if isinstance(error, dict) and error.get("message"):
-            return trim(str(error["message"]))
+            return str(error["message"])
         if isinstance(error, str):
-            return trim(error)
+            return error
         if isinstance(data.get("message"), str):
-            return trim(data["message"])
+            return data["message"]
         if isinstance(data.get("detail"), str):
-            return trim(data["detail"])
+            return data["detail"]
     return ""
-
-
-def trim(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
 
 
 def as_int(value: Any) -> int:
@@ -232,4 +286,14 @@ def is_refused(exc: BaseException) -> bool:
 
 
 def describe_exc(exc: BaseException) -> str:
-    return trim(str(exc)) or type(exc).__name__
+    return str(exc) or type(exc).__name__
+
+
+def chain(exc: BaseException) -> str:
+    """An exception and its causes, one line each, for the run's trace."""
+    lines: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(lines) < 10:  # the bound guards against cycles
+        lines.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    return "\n".join(lines)

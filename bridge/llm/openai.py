@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from bridge.llm.base import ChatMessage, Completion, ToolCall, Usage
-from bridge.llm.http import AttemptFailed, HTTPProvider, as_int, trim
+from bridge.llm.http import AttemptFailed, HTTPProvider, as_int
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -79,7 +79,7 @@ def parse_completion(data: Any) -> Completion:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         error = data.get("error")
-        hint = trim(str(error.get("message", ""))) if isinstance(error, dict) else ""
+        hint = str(error.get("message", "")) if isinstance(error, dict) else ""
         raise AttemptFailed("malformed", "no choices", detail=f"no choices{': ' + hint if hint else ''}")
     message = choices[0].get("message")
     if not isinstance(message, dict):

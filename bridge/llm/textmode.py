@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, Provider, ToolCall
 
 FENCE_CORRECTION = (
@@ -108,8 +109,8 @@ def _bare_call(text: str, allowed: Collection[str], echoes: Collection[str]) -> 
 def _as_call(body: str) -> tuple[str, str] | None:
     """(name, arguments JSON) when a block body has the shape of a call; None otherwise."""
     try:
-        value = json.loads(body)
-    except (ValueError, RecursionError):
+        value = loads(body)
+    except ValueError:
         return None
     if isinstance(value, list):
         # A list of calls in one block: the first is the call, like the first of several blocks.
@@ -128,8 +129,8 @@ def _as_call(body: str) -> tuple[str, str] | None:
     if isinstance(arguments, str):
         # Some models encode the arguments twice, as JSON text inside the JSON.
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except (ValueError, RecursionError):
+            arguments = loads(arguments) if arguments.strip() else {}
+        except ValueError:
             return None
     if arguments is None:
         arguments = {}
@@ -153,7 +154,7 @@ def _without(text: str, spans: list[tuple[int, int]]) -> str:
 def render_call(call: ToolCall) -> str:
     """A call in the one canonical form, as the transcript replays it to the model."""
     try:
-        arguments: Any = json.loads(call.arguments or "{}")
+        arguments: Any = loads(call.arguments or "{}")
     except ValueError:
         arguments = call.arguments
     payload = json.dumps({"tool_name": call.name, "arguments": arguments}, ensure_ascii=False)

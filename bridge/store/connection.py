@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,12 +25,7 @@ class SQLiteConnection:
         self._db: aiosqlite.Connection | None = None
 
     async def open(self) -> None:
-        if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            db = await aiosqlite.connect(self.path, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open database {self.path}: {exc}") from None
+        db = await _connect(self.path, "open database")
         self._db = db
         db.row_factory = sqlite3.Row
         try:
@@ -86,9 +82,13 @@ class SQLiteConnection:
         target = Path(target)
         if target.exists():
             raise StoreError(f"{target} already exists; choose a new file for the backup")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        async with aiosqlite.connect(target) as copy:
+        copy = await _connect(target, "write")
+        try:
             await self.db.backup(copy)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write {target}: {exc}") from None
+        finally:
+            await copy.close()
 
     async def _migrate(self) -> None:
         version = await self._check_version()
