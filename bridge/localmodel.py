@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -46,6 +47,9 @@ class Running:
     pid: int
     port: int
     mode: Mode
+    # When the process started (see process_start): a PID the OS gave to another process since
+    # then has another start time, so a stale file is never taken for the server.
+    started: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -55,6 +59,50 @@ class Running:
 def _say(text: str) -> None:
     # Flushed at once: progress that waits in a buffer for five minutes is no progress.
     print(text, flush=True)
+
+
+def process_start(pid: int) -> str | None:
+    """When a process started, as the OS records it (fixed for its lifetime); None if there is none."""
+    if Path("/proc/self/stat").exists():
+        try:
+            # Field 22, starttime; the fields are counted after the command name, which may hold spaces.
+            return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+        except (OSError, IndexError):
+            return None
+    return _ps(pid, "lstart=")
+
+
+def process_command(pid: int) -> str | None:
+    """A process's command line, arguments joined by spaces; None if there is no such process."""
+    if Path("/proc/self/cmdline").exists():
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return raw.replace(b"\0", b" ").decode(errors="replace").strip() or None
+    return _ps(pid, "command=")
+
+
+def _ps(pid: int, field: str) -> str | None:
+    """One field of `ps` for a process, where there is no /proc (macOS, the BSDs)."""
+    try:
+        out = subprocess.run(["ps", "-o", field, "-p", str(pid)], capture_output=True, text=True)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def is_local_model_url(url: str) -> bool:
+    """True when `url` is where `bridge local-model start` serves: its default port or the one recorded."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    if parts.hostname not in ("127.0.0.1", "localhost"):
+        return False
+    recorded = LocalModel().recorded()
+    return port in {DEFAULT_PORT, recorded.port if recorded else DEFAULT_PORT}
 
 
 def cache_dir() -> Path:
@@ -164,17 +212,31 @@ class LocalModel:
 
     # -- run -------------------------------------------------------------------------------
 
-    def running(self) -> Running | None:
-        """The server `start` left running, if it still is."""
+    def recorded(self) -> Running | None:
+        """What the state file says, whether or not that process still runs."""
         try:
-            state = Running(**json.loads(self._state_file.read_text()))
+            return Running(**json.loads(self._state_file.read_text()))
         except (OSError, ValueError, TypeError):
             return None
-        try:
-            os.kill(state.pid, 0)
-        except OSError:
+
+    def running(self) -> Running | None:
+        """The server `start` left running, if it still is: the PID must still be that same process."""
+        state = self.recorded()
+        if state is None:
             return None
-        return state
+        started = process_start(state.pid)
+        if started is None:
+            return None
+        if state.started is not None:
+            return state if started == state.started else None
+        # A file written before start times were recorded: the command line must be our server.
+        return state if self._is_our_server(state.pid) else None
+
+    def _is_our_server(self, pid: int) -> bool:
+        """Whether the process runs the llama-server binary installed in this cache folder."""
+        command = process_command(pid) or ""
+        folders = {str(self.folder), str(self.folder.resolve())}
+        return "llama-server" in command and any(command.startswith(folder + os.sep) for folder in folders)
 
     def start(self, port: int = DEFAULT_PORT, mode: Mode = "native", timeout_s: float = 180.0) -> Running:
         """Start the server (installing first if needed) and wait until it answers on 127.0.0.1."""
@@ -199,7 +261,7 @@ class LocalModel:
                 process = self._spawn(command)
         else:
             process = self._spawn(command)
-        state = Running(process.pid, port, mode)
+        state = Running(process.pid, port, mode, process_start(process.pid))
         self._state_file.write_text(json.dumps(asdict(state)))
         self.say(f"Starting llama-server on 127.0.0.1:{port} ({mode} tool calls); log: {self.log_file}")
         self._wait_ready(state, process, timeout_s)
@@ -233,10 +295,19 @@ class LocalModel:
         raise LocalModelError(f"llama-server did not answer within {timeout_s:g} s; see {self.log_file}")
 
     def stop(self) -> bool:
-        """Stop the server; False when none was running."""
+        """Stop the server; False when none was running. A PID that is not our server is never signalled."""
+        recorded = self.recorded()
         state = self.running()
         self._state_file.unlink(missing_ok=True)
-        if state is None:
+        if recorded is None or process_start(recorded.pid) is None:
+            return False
+        # Both checks: the same process `start` spawned, and it runs this cache's llama-server. A PID
+        # can be reused by any process once the server has exited (after a reboot, say).
+        if state is None or not self._is_our_server(state.pid):
+            self.say(
+                f"Removed a stale {self._state_file}: process {recorded.pid} is not the local model "
+                "server (its PID was reused), so it was left alone."
+            )
             return False
         os.kill(state.pid, signal.SIGTERM)
         for _ in range(100):
