@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import itertools
 import sys
+from pathlib import Path
+from types import ModuleType
 from typing import TextIO
 
 from bridge.events import Inbound, InboundHandler, Outbound, Route
@@ -13,6 +17,25 @@ CONSOLE_USER = "local"
 CONSOLE_OWNER = f"console:{CONSOLE_USER}"
 
 _DIM, _BOLD, _RESET = "\x1b[2m", "\x1b[1m", "\x1b[0m"
+# readline counts every character of a prompt as a column unless codes are marked as invisible.
+_HIDE, _SHOW = "\001", "\002"
+HISTORY_LENGTH = 1000
+
+
+def _replacing(stream: TextIO) -> TextIO:
+    """The stream, reading bytes that are not valid text as U+FFFD instead of raising."""
+    if isinstance(stream, io.TextIOWrapper):
+        stream.reconfigure(errors="replace")
+    return stream
+
+
+def _line_editor() -> ModuleType | None:
+    """The stdlib readline module (arrow keys, editing, history), or None where Python has none."""
+    try:
+        import readline
+    except ImportError:
+        return None
+    return readline
 
 
 class ConsoleAdapter:
@@ -24,14 +47,27 @@ class ConsoleAdapter:
     # Whoever types at this machine's terminal runs the bot: they are an owner, in session `main`.
     implicit_owners = (CONSOLE_OWNER,)
 
-    def __init__(self, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
-        self.stdin = stdin or sys.stdin
+    def __init__(
+        self, stdin: TextIO | None = None, stdout: TextIO | None = None, history: Path | None = None
+    ) -> None:
+        # A stray byte that is not UTF-8 (a paste, a binary file piped in) must not end the chat.
+        self.stdin = stdin or _replacing(sys.stdin)
         self.stdout = stdout or sys.stdout
         self.interactive = self.stdin.isatty() and self.stdout.isatty()
+        # Lines typed at a terminal are kept here, so the arrow keys reach them in the next chat too.
+        self.history = history
+        self._readline: ModuleType | None = None
         self._ids = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, handler: InboundHandler) -> None:
+        # input() edits lines only on the process's own terminal, not on a stream handed in.
+        if self.interactive and self.stdin is sys.stdin and self.stdout is sys.stdout:
+            self._readline = _line_editor()
+        if self._readline is not None and self.history is not None:
+            self._readline.set_history_length(HISTORY_LENGTH)
+            with contextlib.suppress(OSError):
+                self._readline.read_history_file(self.history)
         self._task = asyncio.create_task(self._repl(handler), name="console")
 
     async def wait_closed(self) -> None:
@@ -45,15 +81,14 @@ class ConsoleAdapter:
 
     async def _repl(self, handler: InboundHandler) -> None:
         while True:
-            if self.interactive:
-                self._write(f"{_BOLD}you ›{_RESET} ", newline=False)
             # A thread read works for a terminal, a pipe and a redirected file alike.
-            line = await asyncio.to_thread(self.stdin.readline)
+            line = await asyncio.to_thread(self._read_line)
             if line == "":
                 return
             text = line.rstrip("\r\n")
             if not text.strip():
                 continue
+            self._save_history()
             inbound = Inbound(
                 surface=self.surface,
                 chat_type="dm",
@@ -66,6 +101,27 @@ class ConsoleAdapter:
             done = await handler(inbound)
             if done is not None:
                 await done
+
+    def _read_line(self) -> str:
+        """One line with its newline, or "" at EOF; with readline when it edits this terminal."""
+        if self._readline is None:
+            if self.interactive:
+                self._write(f"{_BOLD}you ›{_RESET} ", newline=False)
+            return self.stdin.readline()
+        try:
+            # input() adds the line to readline's history itself.
+            return input(f"{_HIDE}{_BOLD}{_SHOW}you ›{_HIDE}{_RESET}{_SHOW} ") + "\n"
+        except EOFError:
+            self._write("")
+            return ""
+
+    def _save_history(self) -> None:
+        if self._readline is not None and self.history is not None:
+            # Written after each line, so a chat that is killed keeps what was typed; a history
+            # file that can't be written (a read-only home) costs only the history.
+            with contextlib.suppress(OSError):
+                self.history.parent.mkdir(parents=True, exist_ok=True)
+                self._readline.write_history_file(self.history)
 
     # ------------------------------------------------------------------ Sender
 
