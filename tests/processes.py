@@ -41,6 +41,25 @@ async def bridge_running(cwd: Path, config: Path) -> AsyncIterator[asyncio.subpr
             process.kill()
 
 
+@contextlib.asynccontextmanager
+async def bridge_process(cwd: Path, config: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`bridge run --config CONFIG` for the block, which ends it as it likes (kill9, SIGTERM); killed
+    if it is still running when the block ends, so a failing test never leaves a process behind."""
+    process = await start_bridge(cwd, "run", "--config", str(config))
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def kill9(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL, as a crash or the OOM killer: no cleanup of any kind."""
+    process.kill()
+    await process.wait()
+
+
 async def start_bridge(cwd: Path, *args: str, stdin: bool = False, **env: str) -> asyncio.subprocess.Process:
     """Start `bridge ARGS` in cwd with piped stdout and stderr (and stdin when asked)."""
     return await asyncio.create_subprocess_exec(

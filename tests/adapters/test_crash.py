@@ -14,7 +14,7 @@ from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.invariants import assert_intact
-from tests.processes import bridge_running, start_bridge, telegram_run_config
+from tests.processes import bridge_process, bridge_running, kill9, telegram_run_config
 
 
 def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI) -> Path:
@@ -51,23 +51,17 @@ async def test_a_kill_mid_run_loses_nothing_and_the_next_start_offers_a_retry(
     model = CrashModel(hang_at)
     async with FakeOpenAI(model) as llm:
         config = config_for(tmp_path, tg, llm)
-        process = await start_bridge(tmp_path, "run", "--config", str(config))
-        try:
+        async with bridge_process(tmp_path, config) as process:
             tg.dm(OWNER, "what time is it?")
             await llm.wait_for_requests(hang_at, timeout=30)
-            process.kill()  # SIGKILL: no cleanup of any kind
-            await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
+            await kill9(process)
         db = tmp_path / "bridge.db"
         assert db_rows(db, "SELECT content FROM messages WHERE kind = 'user'") == [("what time is it?",)]
         assert db_rows(db, "SELECT status FROM runs") == [("running",)]
         sent_before = len(tg.messages_in(OWNER))
 
         model.recovered = True
-        process = await start_bridge(tmp_path, "run", "--config", str(config))
-        try:
+        async with bridge_process(tmp_path, config) as process:
             await tg.wait_for(lambda: len(tg.messages_in(OWNER)) > sent_before, timeout=30)
             notice = tg.messages_in(OWNER)[sent_before]["text"]
             assert "interrupted" in notice and "what time is it?" in notice and "/retry" in notice
@@ -77,9 +71,6 @@ async def test_a_kill_mid_run_loses_nothing_and_the_next_start_offers_a_retry(
             await tg.wait_for(lambda: len(tg.messages_in(OWNER)) > sent_before + 2, timeout=30)
             process.terminate()
             await asyncio.wait_for(process.wait(), 10)
-        finally:
-            if process.returncode is None:
-                process.kill()
     texts = [m["text"] for m in tg.messages_in(OWNER)[sent_before:]]
     assert texts[1:] == ["answer to: what time is it?", "answer to: and now?"]
     statuses = [row[0] for row in db_rows(db, "SELECT status FROM runs ORDER BY started_at")]
@@ -96,15 +87,10 @@ async def test_a_kill_while_the_reply_is_being_sent_delivers_it_once_at_the_next
         llm.push(fake.text("the answer"), fake.text("next answer"))
         config = config_for(tmp_path, tg, llm)
         tg.fail_next("sendMessage", "hang")
-        process = await start_bridge(tmp_path, "run", "--config", str(config))
-        try:
+        async with bridge_process(tmp_path, config) as process:
             tg.dm(OWNER, "question")
             await tg.wait_for(lambda: any(c[0] == "sendmessage" for c in tg.calls), timeout=30)
-            process.kill()
-            await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
+            await kill9(process)
         db = tmp_path / "bridge.db"
         assert db_rows(db, "SELECT kind, state FROM outbox") == [("reply", "sending")]  # in flight: uncertain
         assert tg.messages_in(OWNER) == []
@@ -144,18 +130,13 @@ async def test_a_kill_after_the_answer_is_stored_never_loses_the_reply_even_whil
         config = config_for(tmp_path, tg, llm)
         # The activity display's edit never returns: it must not hold the reply back.
         tg.fail_next("editMessageText", "hang")
-        process = await start_bridge(tmp_path, "run", "--config", str(config))
-        try:
+        async with bridge_process(tmp_path, config) as process:
             tg.dm(OWNER, "what time is it?")
             await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 1, timeout=30)  # the activity
             tg.fail_next("sendMessage", "hang")  # and now the reply's send never returns either
             model.gate.set()
             await tg.wait_for(lambda: tg.methods().count("sendmessage") == 2, timeout=30)
-            process.kill()
-            await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
+            await kill9(process)
         db = tmp_path / "bridge.db"
         assert db_rows(db, "SELECT status FROM runs") == [("ok",)]
         assert db_rows(db, "SELECT kind, state FROM outbox ORDER BY id") == [
@@ -177,21 +158,15 @@ async def test_a_kill_during_start_up_still_tells_the_chats_whose_answers_were_c
     model = CrashModel(hang_at=1)
     async with FakeOpenAI(model) as llm:
         config = config_for(tmp_path, tg, llm)
-        process = await start_bridge(tmp_path, "run", "--config", str(config))
-        try:
+        async with bridge_process(tmp_path, config) as process:
             tg.dm(OWNER, "what time is it?")
             await llm.wait_for_requests(1, timeout=30)
-            process.kill()
-            await process.wait()
-            # The next start marks the run aborted; the notice's send hangs, and a second kill comes.
-            tg.fail_next("sendMessage", "hang")
-            process = await start_bridge(tmp_path, "run", "--config", str(config))
+            await kill9(process)
+        # The next start marks the run aborted; the notice's send hangs, and a second kill comes.
+        tg.fail_next("sendMessage", "hang")
+        async with bridge_process(tmp_path, config) as process:
             await tg.wait_for(lambda: "sendmessage" in tg.methods(), timeout=30)
-            process.kill()
-            await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
+            await kill9(process)
         db = tmp_path / "bridge.db"
         assert db_rows(db, "SELECT status FROM runs") == [("aborted",)]
         assert db_rows(db, "SELECT kind, state FROM outbox") == [("notice", "sending")]
@@ -208,19 +183,14 @@ async def test_a_kill_loses_no_message_the_platform_was_told_was_received_even_w
     async with FakeOpenAI() as llm:
         llm.push(fake.text("answer to: important"))
         config = config_for(tmp_path, tg, llm)
-        process = await start_bridge(tmp_path, "run", "--config", str(config))
-        try:
+        async with bridge_process(tmp_path, config) as process:
             await tg.wait_for(lambda: tg.open_polls > 0, timeout=30)
             # The answer to /help never gets through; the next message must not wait for it.
             tg.fail_next("sendMessage", "hang")
             tg.dm(OWNER, "/help")
             tg.dm(OWNER, "important")
             await tg.wait_for(lambda: not tg.pending_updates, timeout=30)  # confirmed to Telegram
-            process.kill()
-            await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
+            await kill9(process)
         db = tmp_path / "bridge.db"
         # Confirmed means stored: the message is in history, and the /help answer in the outbox.
         assert db_rows(db, "SELECT content FROM messages WHERE kind = 'user'") == [("important",)]

@@ -13,7 +13,7 @@ from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.invariants import assert_intact
-from tests.processes import bridge_running, start_bridge, telegram_run_config
+from tests.processes import bridge_process, bridge_running, telegram_run_config
 
 
 def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, grace_s: float) -> Path:
@@ -34,19 +34,17 @@ class SlowModel:
 
 
 async def sigterm_during_run(tmp_path: Path, tg: FakeTelegram, delay_s: float, grace_s: float) -> float:
-    async with FakeOpenAI(SlowModel(delay_s)) as llm:
-        process = await start_bridge(tmp_path, "run", "--config", str(config_for(tmp_path, tg, llm, grace_s)))
-        try:
-            tg.dm(OWNER, "a slow question")
-            await llm.wait_for_requests(1, timeout=30)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), grace_s + 10)
-            return loop.time() - started
-        finally:
-            if process.returncode is None:
-                process.kill()
+    async with (
+        FakeOpenAI(SlowModel(delay_s)) as llm,
+        bridge_process(tmp_path, config_for(tmp_path, tg, llm, grace_s)) as process,
+    ):
+        tg.dm(OWNER, "a slow question")
+        await llm.wait_for_requests(1, timeout=30)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), grace_s + 10) == 0  # SIGTERM always exits 0
+        return loop.time() - started
 
 
 async def test_a_run_in_progress_finishes_and_is_delivered_after_sigterm(
@@ -104,8 +102,7 @@ async def test_sigterm_ends_the_process_in_time_while_a_message_waits_and_the_ne
 ) -> None:
     async with FakeOpenAI(SlowFirstAnswer()) as llm:
         config = config_for(tmp_path, tg, llm, grace_s=1)
-        process = await start_bridge(tmp_path, "run", "--config", str(config))
-        try:
+        async with bridge_process(tmp_path, config) as process:
             tg.dm(OWNER, "a slow question")
             await llm.wait_for_requests(1, timeout=30)
             tg.dm(OWNER, "waits its turn")
@@ -115,9 +112,6 @@ async def test_sigterm_ends_the_process_in_time_while_a_message_waits_and_the_ne
             process.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(process.wait(), 30)
             elapsed = loop.time() - started
-        finally:
-            if process.returncode is None:
-                process.kill()
         assert code == 0 and elapsed < 1 + 5
         [notice] = [m["text"] for m in tg.messages_in(OWNER)]
         assert "shutting down" in notice
@@ -129,26 +123,24 @@ async def test_sigterm_ends_the_process_in_time_while_a_message_waits_and_the_ne
 
 
 async def test_a_second_sigterm_ends_the_process_at_once(tmp_path: Path, tg: FakeTelegram) -> None:
-    async with FakeOpenAI(SlowModel(120)) as llm:
-        process = await start_bridge(tmp_path, "run", "--config", str(config_for(tmp_path, tg, llm, 60)))
-        try:
-            tg.dm(OWNER, "a slow question")
-            await llm.wait_for_requests(1, timeout=30)
-            process.send_signal(signal.SIGTERM)
-            # The first signal is being handled (a grace period of 60 s) when the second one comes.
-            assert process.stderr is not None
-            async with asyncio.timeout(10):
-                while b"shutting down" not in await process.stderr.readline():
-                    pass
-            assert process.returncode is None
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            process.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(process.wait(), 30)
-            elapsed = loop.time() - started
-        finally:
-            if process.returncode is None:
-                process.kill()
+    async with (
+        FakeOpenAI(SlowModel(120)) as llm,
+        bridge_process(tmp_path, config_for(tmp_path, tg, llm, 60)) as process,
+    ):
+        tg.dm(OWNER, "a slow question")
+        await llm.wait_for_requests(1, timeout=30)
+        process.send_signal(signal.SIGTERM)
+        # The first signal is being handled (a grace period of 60 s) when the second one comes.
+        assert process.stderr is not None
+        async with asyncio.timeout(10):
+            while b"shutting down" not in await process.stderr.readline():
+                pass
+        assert process.returncode is None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 30)
+        elapsed = loop.time() - started
     assert code == 0 and elapsed < 3
     # What the forced exit cut short is picked up like a crash: the message is kept.
     assert_intact(tmp_path / "bridge.db", ["a slow question"], finished=False)
