@@ -23,7 +23,6 @@ from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
 from bridge.llm.textmode import NativeModeProvider, TextModeProvider
 from bridge.sessions.service import SessionService
-from bridge.store.base import RunRow
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
@@ -67,7 +66,6 @@ class Bridge:
         extra_groups: tuple[ToolGroup, ...] = (),
     ) -> None:
         self.settings = settings
-        self.interrupted: list[RunRow] = []
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = SQLiteStore(settings.storage.path)
@@ -110,7 +108,7 @@ class Bridge:
         try:
             # Runs a crash cut short are closed, and their notices queued in the same transaction: a
             # second crash before they go out cannot lose them. recover() sends them.
-            self.interrupted = await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)
+            await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)
             if self.settings.runs.keep_traces:
                 await self.store.prune_traces(self.settings.runs.keep_traces)
         except BaseException:
@@ -126,7 +124,7 @@ class Bridge:
         await self.dispatcher.resume()
         await asyncio.gather(*undelivered, return_exceptions=True)
 
-    async def shutdown(self, grace: float | None = None) -> None:
+    async def shutdown(self) -> None:
         """Take no new work; let answers in progress finish and be delivered for up to the grace period.
 
         Messages still waiting behind them stay stored, and the next start answers them. What is
@@ -134,7 +132,7 @@ class Bridge:
         what the courier could not send by then stays in the outbox for the next start.
         """
         self.dispatcher.closing = True
-        grace = self.settings.runs.shutdown_grace_s if grace is None else grace
+        grace = self.settings.runs.shutdown_grace_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         dropped = self.lanes.drop_queued()
