@@ -368,8 +368,7 @@ class SQLiteStore(OutboxTable):
             "m.platform_msg_id FROM sessions s JOIN messages m ON m.id = (SELECT MAX(id) FROM messages "
             "WHERE session_id = s.id AND kind = 'user' AND via_session IS NULL) "
             "WHERE s.ended_at IS NULL AND m.id > COALESCE((SELECT MAX(input_upto) FROM runs "
-            "WHERE session_id = s.id), 0) AND NOT EXISTS (SELECT 1 FROM messages a "
-            "WHERE a.session_id = s.id AND a.kind = 'assistant' AND a.id > m.id) ORDER BY m.id"
+            "WHERE session_id = s.id), 0) ORDER BY m.id"
         )
         return [Unanswered(SessionRow(*row[:-2]), row[-2], row[-1]) for row in rows]
 

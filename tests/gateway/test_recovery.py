@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 from bridge.store.base import OutboxItem
 from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import OWNER, running_bridge
+from tests.invariants import assert_intact
 
 
 async def crash_mid_run(tmp_path: Path, fake_llm: FakeOpenAI, text: str) -> None:
@@ -83,3 +87,30 @@ async def test_items_a_crash_left_pending_are_delivered_once_after_the_restart(
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.bridge.recover()
         assert h.sender.sent == []
+
+
+async def test_a_message_waiting_behind_an_answer_at_shutdown_is_answered_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    release = asyncio.Event()
+
+    async def model(body: dict[str, Any]) -> Reply:
+        asked = body["messages"][-1]["content"]
+        if asked == "first":
+            await release.wait()
+        return fake.text(f"answer to: {asked}")
+
+    async with FakeOpenAI(model) as llm:
+        async with running_bridge(tmp_path, llm) as h:
+            await h.bridge.handle(h.inbound("first"))
+            await llm.wait_for_requests(1)
+            await h.bridge.handle(h.inbound("second"))  # stored; waits behind the first answer
+            release.set()  # the first answer is stored during the shutdown's grace period, after "second"
+            await h.bridge.shutdown()
+            assert h.sender.of("reply") == ["answer to: first"]
+        async with running_bridge(tmp_path, llm) as h:
+            h.sender._ids = itertools.count(100)  # the platform's ids go on from where they were
+            await h.bridge.recover()
+            await asyncio.wait_for(h.bridge.lanes.idle(), 10)
+            assert h.sender.of("reply") == ["answer to: second"]
+    assert_intact(tmp_path / "bridge.db", ["first", "second"])
