@@ -27,13 +27,19 @@ def assert_intact(path: Path, user_texts: list[str], *, finished: bool = True) -
         "AND r.kind = CASE c.kind WHEN 'tool_call' THEN 'tool_result' ELSE 'tool_call' END)",
     )
     assert orphans == [], f"tool calls without results (or results without calls): {orphans}"
-    sent_ids = [m for (m,) in rows(path, "SELECT platform_msg_id FROM outbox WHERE state = 'sent'")]
-    doubles = [m for m, n in Counter(sent_ids).items() if n > 1 and m is not None]
+    # A platform's message ids are unique within a chat only (Telegram counts per chat).
+    sent_ids = rows(
+        path,
+        "SELECT surface, chat_id, platform_msg_id FROM outbox WHERE state = 'sent' "
+        "AND platform_msg_id IS NOT NULL",
+    )
+    doubles = [m for m, n in Counter(sent_ids).items() if n > 1]
     assert doubles == [], f"one platform message recorded for several outbox rows: {doubles}"
+    # A reply is one row per chunk: each chunk is sent once.
     replies = rows(
         path,
-        "SELECT run_id, COUNT(*) FROM outbox WHERE kind = 'reply' AND state = 'sent' AND run_id IS NOT NULL "
-        "GROUP BY run_id HAVING COUNT(*) > 1",
+        "SELECT run_id, part, COUNT(*) FROM outbox WHERE kind = 'reply' AND state = 'sent' "
+        "AND run_id IS NOT NULL GROUP BY run_id, part HAVING COUNT(*) > 1",
     )
     assert replies == [], f"a run's reply was sent more than once: {replies}"
     if finished:
