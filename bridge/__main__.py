@@ -1,5 +1,5 @@
 """Lets `python -m bridge` behave like the `bridge` console script."""
 
-from bridge.cli import main
+from bridge.entry import main
 
 raise SystemExit(main())

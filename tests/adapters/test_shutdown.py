@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.adapters.conftest import OWNER
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -144,3 +146,15 @@ async def test_a_second_sigterm_ends_the_process_at_once(tmp_path: Path, tg: Fak
     assert code == 0 and elapsed < 3
     # What the forced exit cut short is picked up like a crash: the message is kept.
     assert_intact(tmp_path / "bridge.db", ["a slow question"], finished=False)
+
+
+@pytest.mark.parametrize("after_s", [0.3, 0.6, 1.2])
+async def test_sigterm_at_any_moment_of_start_up_exits_0(
+    tmp_path: Path, tg: FakeTelegram, after_s: float
+) -> None:
+    # The moments fall in the CLI's imports, the store's opening and the adapter's start: the SIGTERM
+    # under test is sent at a point in time, so a fixed delay is the point, not a wait for an event.
+    async with FakeOpenAI() as llm, bridge_process(tmp_path, config_for(tmp_path, tg, llm, 5)) as process:
+        await asyncio.sleep(after_s)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 15) == 0
