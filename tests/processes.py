@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 _BRIDGE_SCRIPT = Path(sys.executable).parent / "bridge"
@@ -86,16 +86,3 @@ def telegram_run_config(
         encoding="utf-8",
     )
     return config
-
-
-async def eventually(check: Callable[[], bool], within: float = 30.0, what: str = "the condition") -> None:
-    """Wait until `check()` holds. For state another process writes (its database), which sends no
-    event to wait on: it is polled every 20 ms, and the wait fails after `within` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        if check():
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"{what} did not happen within {within} s")
-        await asyncio.sleep(0.02)
