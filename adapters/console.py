@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TextIO
 
-from bridge.events import Inbound, InboundHandler, Outbound, Route
+from bridge.events import Inbound, InboundHandler, IntakeUnavailable, Outbound, Route
 
 CONSOLE_USER = "local"
 CONSOLE_OWNER = f"console:{CONSOLE_USER}"
@@ -98,7 +98,12 @@ class ConsoleAdapter:
                 message_id=None,
                 sender_name="console",
             )
-            done = await handler(inbound)
+            try:
+                done = await handler(inbound)
+            except IntakeUnavailable as exc:
+                # Nothing redelivers a console line: say so, and the person can send it again.
+                self.notice(f"» Could not store that message ({exc}); please send it again.")
+                continue
             if done is not None:
                 await done
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import io
 import json
 import os
 import pty
@@ -14,6 +15,8 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from adapters.console import ConsoleAdapter
+from bridge.events import Inbound, IntakeUnavailable
 from bridge.localmodel import process_start
 from tests.fakes import openai_server as fake_replies
 from tests.fakes.openai_server import FakeOpenAI
@@ -198,3 +201,20 @@ async def test_chat_on_the_local_model_logs_no_false_restart_warning(tmp_path: P
 
 def assert_no_traceback_lines(lines: list[str]) -> None:
     assert not any("Traceback" in line for line in lines), "".join(lines)
+
+
+async def test_a_line_the_store_cannot_take_is_announced_and_the_next_line_is_read() -> None:
+    lines = io.StringIO("first\nsecond\n")
+    out = io.StringIO()
+    console = ConsoleAdapter(stdin=lines, stdout=out)
+    seen: list[str] = []
+
+    async def locked_once(inbound: Inbound) -> None:
+        seen.append(inbound.text)
+        if len(seen) == 1:
+            raise IntakeUnavailable("database is locked")
+
+    await console.start(locked_once)
+    await asyncio.wait_for(console.wait_closed(), 5)
+    assert seen == ["first", "second"]
+    assert "Could not store that message (database is locked); please send it again." in out.getvalue()
