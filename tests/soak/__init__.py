@@ -1,0 +1,1 @@
+"""The random-kill soak test: `bridge run` against the fakes, killed at random, checked at the end."""

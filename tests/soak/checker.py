@@ -1,0 +1,226 @@
+"""What the soak asserts at the end, from the database and from what the fake Bot API received."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.invariants import rows
+from tests.soak.harness import Soak
+
+SHUTDOWN_NOTICE = "⚠️ Bridge is shutting down and had to stop this answer"
+ACTIVITY_MARK = "⚙"
+ANSWERED = ("ok", "error", "timeout", "stopped")
+
+
+@dataclass(slots=True)
+class Run:
+    id: str
+    session_id: str
+    status: str
+    input_upto: int | None
+    started_at: float
+
+
+@dataclass(slots=True)
+class Row:
+    id: int
+    kind: str
+    state: str
+    run_id: str | None
+    dedupe_key: str | None
+    chat_id: int
+    text: str
+    session_id: str | None
+    created_at: float
+    reason: str | None
+
+
+@dataclass
+class Findings:
+    lost: int = 0
+    doubled: int = 0
+    unannounced: int = 0
+    answered: int = 0
+    interrupted: int = 0
+    shut_down: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+
+
+def visible(text: str) -> str:
+    """Text as compared between an outbox row and what Telegram shows: Markdown's line breaks differ."""
+    return " ".join(text.split())
+
+
+def check(soak: Soak) -> Findings:
+    found = Findings(problems=list(soak.problems))
+    db = soak.db
+    check_intake(soak, db, found)
+    outbox = [
+        Row(*row)
+        for row in rows(
+            db,
+            "SELECT id, kind, state, run_id, dedupe_key, CAST(chat_id AS INTEGER), text, session_id, "
+            "created_at, reason FROM outbox ORDER BY id",
+        )
+    ]
+    check_answers(db, outbox, found)
+    check_deliveries(soak, outbox, found)
+    check_left_over(db, outbox, found)
+    for last in soak.model.answered_last:
+        found.problem(f"a model request ended with the bot's own answer: {last!r}")
+    return found
+
+
+def check_intake(soak: Soak, db: Path, found: Findings) -> None:
+    """Every message the fake handed to the bot is stored exactly once, in order, with its platform id."""
+    if soak.tg.pending_updates:
+        found.problem(f"updates never confirmed: {[u['update_id'] for u in soak.tg.pending_updates]}")
+    known: set[str] = set()
+    for chat_id, handed in soak.handed.items():
+        expected = [(text, f"telegram:{chat_id}:{message_id}") for message_id, text in handed]
+        known.update(platform_id for _, platform_id in expected)
+        stored = rows(
+            db,
+            "SELECT content, platform_msg_id FROM messages WHERE kind = 'user' AND platform_msg_id LIKE ? "
+            "ORDER BY id",
+            f"telegram:{chat_id}:%",
+        )
+        times = Counter(stored)
+        for item in expected:
+            if times[item] == 0:
+                found.lost += 1
+                found.problem(f"lost: {item[0]!r} ({item[1]}) was handed to the bot and never stored")
+            elif times[item] > 1:
+                found.problem(f"stored {times[item]} times: {item[0]!r} ({item[1]})")
+        if sorted(stored) == sorted(expected) and stored != expected:
+            found.problem(f"chat {chat_id}: messages stored out of order: {[s[0] for s in stored]}")
+    for content, platform_id in rows(db, "SELECT content, platform_msg_id FROM messages WHERE kind = 'user'"):
+        if platform_id not in known:
+            found.problem(f"a user message nobody sent was stored: {content!r} ({platform_id})")
+
+
+def check_answers(db: Path, outbox: list[Row], found: Findings) -> None:
+    """Each message's run (the first with input_upto >= its id) had its reply delivered, or its chat was
+    told it was interrupted; and no run took up again what an earlier run had taken up."""
+    runs: defaultdict[str, list[Run]] = defaultdict(list)
+    for row in rows(
+        db, "SELECT id, session_id, status, input_upto, started_at FROM runs ORDER BY started_at, rowid"
+    ):
+        runs[row[1]].append(Run(*row))
+    for session, session_runs in runs.items():
+        highest = 0
+        for run in session_runs:
+            if run.input_upto is None or run.input_upto <= highest:
+                found.problem(
+                    f"run {run.id} ({run.status}) in session {session} took up messages up to "
+                    f"{run.input_upto}, which an earlier run had taken up (up to {highest})"
+                )
+            highest = max(highest, run.input_upto or 0)
+    answers = dict(rows(db, "SELECT run_id, content FROM messages WHERE kind = 'assistant'"))
+    by_key: defaultdict[str, list[Row]] = defaultdict(list)
+    for row in outbox:
+        if row.dedupe_key:
+            by_key[row.dedupe_key].append(row)
+    shutdown_notices = [r for r in outbox if r.kind == "notice" and r.text.startswith(SHUTDOWN_NOTICE)]
+
+    for message_id, session, text in rows(
+        db, "SELECT id, session_id, content FROM messages WHERE kind = 'user' ORDER BY id"
+    ):
+        run = next((r for r in runs[session] if (r.input_upto or 0) >= message_id), None)
+        outcome = _outcome(run, by_key, shutdown_notices)
+        if outcome == "answered":
+            assert run is not None
+            found.answered += 1
+            if run.status != "ok":
+                found.problem(f"{text!r}: its run {run.id} ended {run.status!r}; the fake model never fails")
+            elif text not in answers.get(run.id, ""):
+                found.problem(f"{text!r}: the answer of its run {run.id} does not name it")
+        elif outcome == "interrupted":
+            found.interrupted += 1
+        elif outcome == "shut down":
+            found.shut_down += 1
+        else:
+            found.unannounced += 1
+            found.problem(f"unannounced: {text!r} (message {message_id}): {outcome}")
+
+
+def _outcome(run: Run | None, by_key: dict[str, list[Row]], shutdown_notices: list[Row]) -> str:
+    if run is None:
+        return "no run ever took it up"
+    if run.status in ANSWERED:
+        replies = by_key.get(f"reply:{run.id}", [])
+        if replies and all(r.state == "sent" for r in replies):
+            return "answered"
+        return f"run {run.id} ended {run.status!r}; its reply rows: {[(r.id, r.state) for r in replies]}"
+    if run.status == "aborted":
+        notices = by_key.get(f"interrupted:{run.id}", [])
+        if notices and all(r.state == "sent" for r in notices):
+            return "interrupted"
+        return f"run {run.id} was aborted; its notice rows: {[(r.id, r.state) for r in notices]}"
+    if run.status == "cancelled":
+        told = [
+            r
+            for r in shutdown_notices
+            if r.session_id == run.session_id and r.created_at >= run.started_at and r.state == "sent"
+        ]
+        return "shut down" if told else f"run {run.id} was cancelled and no shutdown notice was sent"
+    return f"run {run.id} is still {run.status!r}"
+
+
+def check_deliveries(soak: Soak, outbox: list[Row], found: Findings) -> None:
+    """Each reply or notice chunk arrived once; more only for a row a kill caught `sending`."""
+    received = Counter((m["chat_id"], visible(m["text"])) for m in soak.tg.sent)
+    grouped: defaultdict[tuple[int, str], list[Row]] = defaultdict(list)
+    for row in outbox:
+        if row.kind in ("reply", "notice"):
+            grouped[(row.chat_id, visible(row.text))].append(row)
+    for key, group in grouped.items():
+        got = received.pop(key, 0)
+        sent = [r for r in group if r.state == "sent"]
+        if got < len(sent):
+            found.problem(f"marked sent but never received in chat {key[0]}: {key[1][:100]!r}")
+        extra = got - len(sent)
+        if extra > 0:
+            found.doubled += extra
+            allowed = sum(soak.caught[r.id] for r in group)
+            if extra > allowed:
+                found.problem(
+                    f"chat {key[0]} received {got} times {key[1][:100]!r} (rows "
+                    f"{[(r.id, r.kind, r.state) for r in group]}), but kills caught those rows `sending` "
+                    f"only {allowed} time(s)"
+                )
+    # Tool activity: what arrived is explained by activity rows sent, or caught in flight by a kill.
+    activity: defaultdict[int, int] = defaultdict(int)
+    for row in outbox:
+        if row.kind == "activity":
+            activity[row.chat_id] += (row.state == "sent") + soak.caught[row.id]
+    for (chat_id, text), got in received.items():
+        if text.startswith(ACTIVITY_MARK):
+            activity[chat_id] -= got
+        else:
+            found.problem(f"chat {chat_id} received {got} message(s) no outbox row explains: {text[:100]!r}")
+    for chat_id, left in activity.items():
+        if left < 0:
+            found.problem(f"chat {chat_id} received {-left} more tool activity message(s) than were sent")
+
+
+def check_left_over(db: Path, outbox: list[Row], found: Findings) -> None:
+    running = rows(db, "SELECT id, session_id FROM runs WHERE status = 'running'")
+    if running:
+        found.problem(f"runs left running: {running}")
+    for row in outbox:
+        if row.state in ("pending", "sending"):
+            found.problem(f"outbox row left {row.state}: {_describe(row)}")
+        elif row.state in ("uncertain", "suppressed") or (row.state == "failed" and row.kind != "activity"):
+            found.problem(f"outbox row {row.state} ({row.reason}): {_describe(row)}")
+
+
+def _describe(row: Row) -> str:
+    fields: dict[str, Any] = {"id": row.id, "kind": row.kind, "run": row.run_id, "chat": row.chat_id}
+    return f"{fields} {row.text[:80]!r}"
