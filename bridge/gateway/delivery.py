@@ -101,9 +101,6 @@ class Delivery:
                 log.info("%s %s was handed over before; not sending it twice", item.kind, item.dedupe_key)
                 return _resolved(None)
             rows = [OutboxRow(i, p, None, 0.0) for i, p in zip(ids, planned, strict=True)]
-        if rows[0].item.state == "suppressed":
-            log.info("%s for %s suppressed by %s", item.kind, item.session_key, rows[0].item.reason)
-            return _resolved(None)
         return self.deliver(rows)
 
     async def send(self, item: Outbound) -> str | None:
