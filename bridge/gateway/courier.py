@@ -73,10 +73,6 @@ class Courier:
             chat.worker = asyncio.create_task(self._work(key, chat), name=f"courier:{key[0]}:{key[1]}")
         return done
 
-    @property
-    def busy(self) -> bool:
-        return bool(self._chats)
-
     async def idle(self) -> None:
         """Wait until every chat's queue is empty."""
         while workers := [
