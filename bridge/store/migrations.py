@@ -148,6 +148,26 @@ MIGRATIONS: tuple[str, ...] = (
     -- How far a session's messages have been taken up by runs: one index seek per turn.
     CREATE INDEX runs_answered ON runs (session_id, input_upto);
     """,
+    # 5: per-chat model profiles (/model, kept across /clear like /send), what a run was for (a turn,
+    # or a compaction whose trace is the summary request), and the summaries that replace old turns.
+    """
+    ALTER TABLE sessions ADD COLUMN model_profile TEXT;
+    ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'turn';
+    CREATE TABLE summaries (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id     TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        -- The compaction run that wrote it; its trace holds the summary request.
+        run_id         TEXT,
+        -- The newest user message whose turn it covers: replay starts after that turn.
+        upto           INTEGER NOT NULL,
+        content        TEXT NOT NULL,
+        turns          INTEGER NOT NULL,
+        -- The characters of the turns it replaced (not counting an earlier summary it folded in).
+        replaced_chars INTEGER NOT NULL,
+        created_at     REAL NOT NULL
+    );
+    CREATE INDEX summaries_by_session ON summaries (session_id, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
