@@ -134,9 +134,22 @@ class DeliverySettings(_Section):
     resend_uncertain: bool = True
 
 
+class LoopSettings(_Section):
+    """When a run is cut short for going in circles (one last request, without tools, gets the answer)."""
+
+    # A call identical (name and normalised arguments) to one that already succeeded in the run is not
+    # run again, and the run stops: it can only return what the model already has.
+    stop_on_repeat: bool = True
+    # Failing calls in a row, whatever the tools or arguments, that stop a run; 0 never stops.
+    max_failures_in_a_row: int = Field(3, ge=0, le=100)
+    # Calls of unknown tools, or of tools whose group is not loaded, that stop a run; 0 never stops.
+    max_unavailable_calls: int = Field(2, ge=0, le=100)
+
+
 class AgentSettings(_Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_iterations: int = Field(12, ge=1, le=200)
+    loops: LoopSettings = Field(default_factory=LoopSettings)
     history_limit: int = Field(60, ge=2, le=10_000)
     # A character budget for the replayed history, so a long session never outgrows the model's
     # context (about 4 characters a token); the oldest turns are left out first.

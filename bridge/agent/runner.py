@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from bridge.agent.history import build_messages, truncate
+from bridge.agent.loops import LoopGuard, Stop
 from bridge.agent.prompt import build_system_prompt
 from bridge.agent.trace import RunTrace
 from bridge.config import Settings
@@ -25,7 +26,6 @@ from bridge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
-FAILURE_BREAKER = 3
 # Old traces are pruned after this many runs (and at start), not after every run.
 PRUNE_EVERY = 100
 RETRY_HINT = "Your message is saved: send /retry to try again."
@@ -77,25 +77,6 @@ class RunResult:
     outbox: list[OutboxRow] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class _Breaker:
-    """Spots a loop: a call repeated right after it succeeded, or the same call failing again and again."""
-
-    last_signature: tuple[str, str] | None = None
-    last_ok: bool = False
-    failures: int = 0
-
-    def is_repeat_of_success(self, signature: tuple[str, str]) -> bool:
-        return signature == self.last_signature and self.last_ok
-
-    def record(self, signature: tuple[str, str], ok: bool) -> bool:
-        """Record a call that ran; True when it failed FAILURE_BREAKER times in a row."""
-        same = signature == self.last_signature
-        self.failures = 0 if ok else (self.failures + 1 if same else 1)
-        self.last_signature, self.last_ok = signature, ok
-        return self.failures >= FAILURE_BREAKER
-
-
 def summarize_arguments(arguments: str, limit: int = 60) -> str:
     """A short, one-line view of a call's arguments for the activity display."""
     try:
@@ -113,13 +94,6 @@ def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= 30 else text[:29] + "…"
-
-
-def _signature(call: ToolCall) -> tuple[str, str]:
-    try:
-        return call.name, dumps(loads(call.arguments or "{}"))
-    except ValueError:
-        return call.name, call.arguments
 
 
 class AgentRunner:
@@ -240,7 +214,7 @@ class AgentRunner:
 
     async def _loop(self, ctx: ToolContext, state: _RunState, observer: RunObserver) -> RunResult:
         agent = self.settings.agent
-        breaker = _Breaker()
+        guard = LoopGuard(agent.loops)
         for iteration in range(1, agent.max_iterations + 1):
             state.iterations = iteration
             system = build_system_prompt(
@@ -262,22 +236,19 @@ class AgentRunner:
             if not completion.tool_calls:
                 reply = completion.content.strip() or "(The model returned an empty answer.)"
                 return RunResult(state.run_id, "ok", reply, iteration)
-            repeated = next(
-                (c for c in completion.tool_calls if breaker.is_repeat_of_success(_signature(c))), None
-            )
-            if repeated is not None:
-                # Small real models call the same tool again after its result instead of answering.
-                # Running it again changes nothing: the repeat is dropped and the answer asked for.
-                return await self._final_answer(
-                    state,
-                    system,
-                    f"⚠️ I stopped: the model kept calling `{repeated.name}` with the same arguments "
-                    "instead of answering. Ask again, perhaps in other words.",
-                )
+            # Small real models call a tool again after its result instead of answering, or cycle
+            # between two. Running it again changes nothing: the response is dropped, the answer asked for.
+            stop = guard.repeat(completion.tool_calls)
+            if stop is not None:
+                return await self._final_answer(state, system, stop)
             state.messages.append(
                 ChatMessage("assistant", completion.content, tool_calls=completion.tool_calls)
             )
             for index, call in enumerate(completion.tool_calls):
+                if stop is not None:
+                    # The request needs a result for every call it replays; these never ran.
+                    state.messages.append(_not_run(call))
+                    continue
                 # The model's text that came with the calls is stored once, on the first call.
                 preamble = completion.content if index == 0 else ""
                 started = RunTrace.clock()
@@ -291,26 +262,27 @@ class AgentRunner:
                         name=call.name,
                     )
                 )
-                if breaker.record(_signature(call), result.ok):
-                    return await self._final_answer(
-                        state,
-                        system,
-                        f"⚠️ I stopped: `{call.name}` failed {FAILURE_BREAKER} times in a row with the "
-                        f"same arguments. Last error: {result.content}",
-                    )
+                stop = guard.record(call, result)
+            if stop is not None:
+                return await self._final_answer(state, system, stop)
         return await self._final_answer(
             state,
             system,
-            f"⚠️ I stopped after {agent.max_iterations} steps without reaching an answer. "
-            "Ask me to continue, or narrow the request.",
+            Stop(
+                "max_iterations",
+                f"⚠️ I stopped after {agent.max_iterations} steps without reaching an answer. "
+                "Ask me to continue, or narrow the request.",
+            ),
         )
 
-    async def _final_answer(self, state: _RunState, system: str, fallback: str) -> RunResult:
+    async def _final_answer(self, state: _RunState, system: str, stop: Stop) -> RunResult:
         """A run cut short asks once more, with no tools offered, for an answer from what it has.
 
-        The user then gets an answer rather than an error; `fallback` (why the run stopped) is the
-        reply only when that last request fails or comes back empty.
+        The user then gets an answer rather than an error; `stop.message` (why the run stopped) is the
+        reply only when that last request fails or comes back empty. The rule goes into the trace.
         """
+        state.trace.header["stop_rule"] = stop.rule
+        fallback = stop.message
         messages = [ChatMessage("system", system), *state.messages, ChatMessage("user", FINAL_REQUEST)]
         try:
             completion = await self._complete(state, messages, [], final=True)
@@ -457,6 +429,12 @@ class _RunState:
     def add_usage(self, completion: Completion) -> None:
         self.prompt_tokens += completion.usage.prompt_tokens
         self.completion_tokens += completion.usage.completion_tokens
+
+
+def _not_run(call: ToolCall) -> ChatMessage:
+    return ChatMessage(
+        "tool", "Not run: the run was stopped before this call.", tool_call_id=call.id, name=call.name
+    )
 
 
 def _stored_input(arguments: str) -> str:

@@ -155,6 +155,8 @@ def format_trace(text: str) -> str:
         f"tokens {usage.get('prompt_tokens', 0)} in / {usage.get('completion_tokens', 0)} out",
         f"input sha256 {data.get('input_hash')}",
     ]
+    if data.get("stop_rule"):
+        lines.append(f"stopped by loop rule {data['stop_rule']}")
     for number, step in enumerate(data.get("steps", []), 1):
         if step["type"] == "model":
             request = step.get("request") or {}

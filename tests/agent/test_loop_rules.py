@@ -1,0 +1,234 @@
+"""Loop and storm detection: every unproductive pattern stops fast, legitimate work keeps going."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from zoneinfo import available_timezones
+
+import pytest
+
+from bridge.agent.trace import format_trace
+from bridge.config import ConfigError, load_settings
+from tests.fakes import openai_server as fake
+from tests.fakes.openai_server import FakeOpenAI
+from tests.harness import Harness, running_bridge
+
+
+async def _last_run(h: Harness) -> tuple[Any, dict[str, Any], str]:
+    run_id = h.sender.sent[-1].run_id
+    assert run_id is not None
+    run = await h.bridge.store.get_run(run_id)
+    text = await h.bridge.store.get_trace(run_id) or "{}"
+    return run, json.loads(text), text
+
+
+def _ran(trace: dict[str, Any]) -> list[str]:
+    return [step["name"] for step in trace["steps"] if step["type"] == "tool"]
+
+
+def _every_call_has_its_result(body: dict[str, Any]) -> bool:
+    """What an OpenAI-compatible server checks: each replayed call is followed by its result."""
+    asked = [c["id"] for m in body["messages"] for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"]
+    return sorted(asked) == sorted(answered)
+
+
+async def test_an_a_b_a_b_cycle_stops_at_the_first_repeat_of_a_call_that_succeeded(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # What Qwen2.5-Coder-1.5B did for 12 steps: alternate two tools with the same arguments.
+    cycle = [
+        fake.tool_call("get_current_time", {"timezone": "UTC"}),
+        fake.tool_call("search_history", {"query": "sessions"}),
+    ]
+    fake_llm.push(*cycle, cycle[0], fake.text("You have one session."))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("what are my sessions?")
+        run, trace, text = await _last_run(h)
+    # Two calls ran, the third (a repeat of the first) did not; then one request without tools.
+    assert _ran(trace) == ["get_current_time", "search_history"]
+    assert len(fake_llm.requests) == 4 and "tools" not in fake_llm.requests[3]
+    assert h.sender.of("reply") == ["You have one session."]
+    assert run.status == "stopped" and "kept calling `get_current_time`" in run.error
+    assert trace["stop_rule"] == "repeated_call"
+    assert "stopped by loop rule repeated_call" in format_trace(text)
+
+
+async def test_a_repeat_is_recognised_whatever_the_key_order_spacing_or_null_arguments(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("search_history", {"query": "cats", "limit": 5}),
+        fake.tool_call("get_current_time", {}),
+        fake.tool_call("search_history", '{"limit": 5, "query": " cats ", "extra": null}'),
+        fake.text("Nothing about cats."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("find cats")
+        _, trace, _ = await _last_run(h)
+    assert _ran(trace) == ["search_history", "get_current_time"]
+    assert trace["stop_rule"] == "repeated_call"
+
+
+async def test_three_failing_calls_in_a_row_stop_the_run_whatever_the_tools_or_arguments(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("get_current_time", {"timezone": "Mars/Olympus"}),
+        fake.tool_call("load_tool_group", {"group_name": "no_such_group"}),
+        fake.tool_call("get_current_time", {"timezone": "Venus/Maxwell"}),
+        *(fake.tool_call("get_current_time", {"timezone": f"Nowhere/{n}"}) for n in range(10)),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time on mars?")
+        run, trace, _ = await _last_run(h)
+    assert len(_ran(trace)) == 3
+    assert trace["stop_rule"] == "failure_streak"
+    assert "failed 3 times in a row" in run.error and "`load_tool_group`" in run.error
+    # The last request had no tools and its (scripted) answer was a call: the reply says why it stopped.
+    assert "failed 3 times in a row" in h.sender.of("reply")[-1]
+
+
+async def test_a_success_between_failures_resets_the_streak(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(
+        fake.tool_call("get_current_time", {"timezone": "Mars/A"}),
+        fake.tool_call("get_current_time", {"timezone": "Mars/B"}),
+        fake.tool_call("get_current_time", {"timezone": "UTC"}),
+        fake.tool_call("get_current_time", {"timezone": "Mars/C"}),
+        fake.tool_call("get_current_time", {"timezone": "Mars/D"}),
+        fake.text("Only UTC exists."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("times?")
+        run, trace, _ = await _last_run(h)
+    assert run.status == "ok" and "stop_rule" not in trace
+    assert h.sender.of("reply") == ["Only UTC exists."]
+
+
+async def test_two_calls_of_unknown_tools_with_new_ids_stop_the_run(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # RFC-044's incident: a tool that is not there, called again and again with a new id each time.
+    fake_llm.push(
+        *(fake.tool_call("gmail_trash", {"id": n}) for n in range(61)),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("clean my inbox")
+        run, trace, _ = await _last_run(h)
+    assert _ran(trace) == ["gmail_trash", "gmail_trash"]
+    assert len(fake_llm.requests) == 3
+    assert trace["stop_rule"] == "unavailable_tools"
+    assert "`gmail_trash`" in run.error and "not available" in h.sender.of("reply")[-1]
+
+
+async def test_a_tool_of_a_group_not_loaded_counts_as_unavailable(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("read_file", {"path": "a.txt"}),
+        fake.tool_call("sessions_list", {}),
+        fake.text("I could not read it."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("read a.txt")
+        _, trace, _ = await _last_run(h)
+    assert trace["stop_rule"] == "unavailable_tools"
+    assert h.sender.of("reply") == ["I could not read it."]
+
+
+async def test_loading_the_group_after_one_not_loaded_error_is_the_normal_path_and_keeps_going(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("sessions_list", {}),
+        fake.tool_call("load_tool_group", {"group_name": "sessions"}),
+        fake.tool_call("sessions_list", {}),
+        fake.text("One session."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("list sessions")
+        run, trace, _ = await _last_run(h)
+    assert run.status == "ok" and _ran(trace) == ["sessions_list", "load_tool_group", "sessions_list"]
+
+
+async def test_thirty_successful_calls_with_different_arguments_run_to_the_answer(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    zones = sorted(z for z in available_timezones() if z.startswith("Europe/"))[:30]
+    assert len(zones) == 30
+    fake_llm.push(*(fake.tool_call("get_current_time", {"timezone": z}) for z in zones), fake.text("Done."))
+    async with running_bridge(tmp_path, fake_llm, agent={"max_iterations": 40}) as h:
+        await h.say("the time in every European capital")
+        run, trace, _ = await _last_run(h)
+    assert run.status == "ok" and len(_ran(trace)) == 30
+    assert h.sender.of("reply") == ["Done."]
+
+
+async def test_a_stop_in_the_middle_of_a_response_still_sends_a_result_for_every_call(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_calls(
+            fake.tool_call("nope_one", {}),
+            fake.tool_call("nope_two", {}),
+            fake.tool_call("get_current_time", {}),
+        ),
+        fake.text("Sorry."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("go")
+        _, trace, _ = await _last_run(h)
+        session = await h.bridge.store.active_session("main")
+        rows = await h.bridge.store.history(session.id, 100)
+    assert _ran(trace) == ["nope_one", "nope_two"]
+    final = fake_llm.requests[-1]
+    assert "tools" not in final and _every_call_has_its_result(final)
+    # The call that never ran is not in history either.
+    assert [r.tool_name for r in rows if r.kind == "tool_call"] == ["nope_one", "nope_two"]
+
+
+@pytest.mark.parametrize(
+    ("loops", "ran"),
+    [
+        ({"max_failures_in_a_row": 5}, 5),
+        ({"max_failures_in_a_row": 0}, 8),
+    ],
+)
+async def test_the_failure_streak_threshold_is_a_config_key(
+    tmp_path: Path, fake_llm: FakeOpenAI, loops: dict[str, Any], ran: int
+) -> None:
+    fake_llm.push(
+        *(fake.tool_call("get_current_time", {"timezone": f"Mars/{n}"}) for n in range(8)),
+        fake.text("No."),
+    )
+    async with running_bridge(tmp_path, fake_llm, agent={"loops": loops, "max_iterations": 8}) as h:
+        await h.say("mars")
+        _, trace, _ = await _last_run(h)
+    assert len(_ran(trace)) == ran
+
+
+async def test_the_unavailable_threshold_and_the_repeat_rule_can_be_relaxed(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("nope", {}),
+        fake.tool_call("get_current_time", {}),
+        fake.tool_call("nope", {}),
+        fake.tool_call("get_current_time", {}),
+        fake.text("Done."),
+    )
+    loops = {"max_unavailable_calls": 3, "stop_on_repeat": False}
+    async with running_bridge(tmp_path, fake_llm, agent={"loops": loops}) as h:
+        await h.say("go")
+        run, trace, _ = await _last_run(h)
+    assert run.status == "ok" and len(_ran(trace)) == 4
+
+
+def test_a_bad_loop_threshold_names_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[agent.loops]\nmax_failures_in_a_row = -1\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert "agent.loops.max_failures_in_a_row" in str(caught.value)
