@@ -9,6 +9,7 @@ from importlib.metadata import entry_points
 from types import TracebackType
 from typing import Any
 
+from bridge.agent.compaction import Compactor
 from bridge.agent.runner import AgentRunner
 from bridge.config import ConfigError, Settings
 from bridge.events import Inbound, Sender
@@ -22,7 +23,9 @@ from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
 from bridge.llm.textmode import NativeModeProvider, TextModeProvider
+from bridge.logs import redactor
 from bridge.sessions.service import SessionService
+from bridge.store.base import SessionRow
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
@@ -80,6 +83,7 @@ class Bridge:
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider)
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
+        self.compactor = Compactor(settings, self.store, self._provider_for, redactor(settings))
         self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry, self.gate)
         self.dispatcher = Dispatcher(
             self.sessions,
@@ -90,7 +94,12 @@ class Bridge:
             self.access,
             self.gate,
             settings.runs,
+            self.compactor,
         )
+
+    def _provider_for(self, session: SessionRow) -> Provider:
+        """The model a session's compaction asks: the one its turns run on."""
+        return self.runner.provider
 
     def apply_live_settings(self, settings: Settings) -> None:
         """Take the live-reloadable parts of a reloaded config: send policy and access lists."""
@@ -144,6 +153,8 @@ class Bridge:
             log.warning("shutdown: answers still running after %g s are being stopped", grace)
         await self.a2a.close()
         await self.lanes.close()
+        # A compaction under way is only a head start on the next one: stopped, it has written nothing.
+        await self.compactor.close()
         # The notices of stopped answers, and replies still queued, get what is left of the grace
         # period (at least a moment); the rest is sent at the next start.
         try:
@@ -156,6 +167,7 @@ class Bridge:
         """Finish nothing new: cancel runs in flight, then close the model client and the store."""
         await self.a2a.close()
         await self.lanes.close()
+        await self.compactor.close()
         await self.delivery.close()
         await self.provider.aclose()
         await self.store.close()

@@ -228,7 +228,9 @@ async def list_runs(settings: Settings, session_key: str | None, limit: int) -> 
         started = datetime.fromtimestamp(run.started_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
         seconds = f"{run.ended_at - run.started_at:.1f}" if run.ended_at else "-"
         tokens = run.prompt_tokens + run.completion_tokens
-        print(row.format(run.id, started, run.status, run.iterations, tokens, seconds, key))
+        # A compaction is not an answer: marked, so `bridge trace` is the place to read its summary.
+        what = f"{key} (compaction)" if run.kind == "compaction" else key
+        print(row.format(run.id, started, run.status, run.iterations, tokens, seconds, what))
     if not runs:
         print("(no runs)")
     return 0

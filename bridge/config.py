@@ -154,6 +154,9 @@ class AgentSettings(_Section):
     # A character budget for the replayed history, so a long session never outgrows the model's
     # context (about 4 characters a token); the oldest turns are left out first.
     history_max_chars: int = Field(48_000, ge=1_000)
+    # Past history_max_chars or history_limit, the oldest whole turns are summarised by the model
+    # (after the reply is sent) and the summary replayed in their place; false only leaves them out.
+    compaction: bool = True
     max_tool_result_chars: int = Field(8_000, ge=200)
     run_timeout_s: float = Field(300.0, gt=0)
     memory_limit: int = Field(20, ge=0, le=500)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.store.base import MessageRow
@@ -29,8 +30,39 @@ def build_messages(
     rows = sorted(rows, key=_position)
     messages = _from_first_user(_replay(rows, max_tool_result_chars))
     if max_chars is not None:
-        messages = _within_budget(messages, max_chars)
+        messages = within_budget(messages, max_chars)
     return messages
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn of history: a user message and what the bot did about it, as the model sees it."""
+
+    upto: int  # the id of the user message that opens it
+    messages: list[ChatMessage]
+    rows: int
+
+    @property
+    def chars(self) -> int:
+        return size(self.messages)
+
+
+def split_turns(rows: list[MessageRow], max_tool_result_chars: int) -> list[Turn]:
+    """History as whole turns, oldest first. A turn boundary is a user message, and a run's rows sort
+    right after the message they answered, so no boundary ever falls between a call and its result.
+    Rows before the first user message (a window that starts mid-run) belong to no turn."""
+    groups: list[list[MessageRow]] = []
+    for row in sorted(rows, key=_position):
+        if row.kind == "user":
+            groups.append([row])
+        elif groups:
+            groups[-1].append(row)
+    return [Turn(group[0].id, _replay(group, max_tool_result_chars), len(group)) for group in groups]
+
+
+def size(messages: list[ChatMessage]) -> int:
+    """The characters messages cost in a request: their text and their calls."""
+    return sum(_size(m) for m in messages)
 
 
 def _size(message: ChatMessage) -> int:
@@ -42,7 +74,7 @@ def _from_first_user(messages: list[ChatMessage]) -> list[ChatMessage]:
     return messages[start:]
 
 
-def _within_budget(messages: list[ChatMessage], max_chars: int) -> list[ChatMessage]:
+def within_budget(messages: list[ChatMessage], max_chars: int) -> list[ChatMessage]:
     """Drop whole turns from the front until the total fits; the newest turn is always kept."""
     total = sum(_size(m) for m in messages)
     starts = [i for i, m in enumerate(messages) if m.role == "user"]

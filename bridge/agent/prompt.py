@@ -16,6 +16,7 @@ def build_system_prompt(
     session: SessionRow,
     loaded_groups: set[str],
     memories: list[str],
+    summary: str | None = None,
 ) -> str:
     # Date only, not the time: the prompt then stays byte-identical all day, which keeps provider-side
     # prompt caches warm. get_current_time gives the exact time.
@@ -28,6 +29,10 @@ def build_system_prompt(
         parts.append(
             "## Memory\nFacts you saved earlier in this chat:\n" + "\n".join(f"- {m}" for m in memories)
         )
+    if summary:
+        # Older turns were compacted into this summary (see bridge.agent.compaction); kept here, not as
+        # a message, so the history still starts with a user turn for strict chat templates.
+        parts.append(f"## Earlier in this conversation\nA summary of older turns no longer shown:\n{summary}")
     listing = registry.group_listing(loaded_groups)
     if listing:
         parts.append(listing)

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from bridge.agent.history import build_messages, truncate
+from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop
 from bridge.agent.prompt import build_system_prompt
 from bridge.agent.trace import RunTrace
@@ -75,6 +75,8 @@ class RunResult:
     stop_reason: str | None = None
     # The reply's delivery rows, queued with the answer; for the caller to hand to the courier.
     outbox: list[OutboxRow] = field(default_factory=list)
+    # The session's history no longer fits its budget: time to compact it (after the reply).
+    over_budget: bool = False
 
 
 def summarize_arguments(arguments: str, limit: int = 60) -> str:
@@ -159,12 +161,19 @@ class AgentRunner:
             channel=channel,
             messenger=self.messenger,
         )
+        summary = context.summary.content if context.summary else None
+        replay = build_messages(rows, agent.max_tool_result_chars)
+        # The summary of older turns shares the budget; the newest turn is kept whatever it costs.
+        budget = max(agent.history_max_chars - len(summary or ""), agent.history_max_chars // 2)
         state = _RunState(
             run_id=run_id,
-            messages=build_messages(rows, agent.max_tool_result_chars, agent.history_max_chars),
+            messages=within_budget(replay, budget),
             trace=RunTrace(run_id, session.id, session.key, channel, input_hash),
             memories=context.memories,
+            summary=summary,
         )
+        # Past the budget (or a full window, so older rows exist): the dispatcher compacts after the reply.
+        over_budget = len(context.rows) >= agent.history_limit or size(replay) > budget
         try:
             async with asyncio.timeout(agent.run_timeout_s):
                 result = await self._loop(ctx, state, observer)
@@ -183,6 +192,7 @@ class AgentRunner:
             log.exception("run %s failed", run_id)
             result = self._failed(state, exc)
         result.loaded_groups = set(ctx.loaded_groups)
+        result.over_budget = over_budget
         return await asyncio.shield(self._conclude(state, result, ctx.session.id, reply))
 
     async def _conclude(
@@ -218,7 +228,7 @@ class AgentRunner:
         for iteration in range(1, agent.max_iterations + 1):
             state.iterations = iteration
             system = build_system_prompt(
-                self.settings, self.registry, ctx.session, ctx.loaded_groups, state.memories
+                self.settings, self.registry, ctx.session, ctx.loaded_groups, state.memories, state.summary
             )
             tools = self.registry.active_tools(ctx.loaded_groups)
             completion = await self._complete(
@@ -421,6 +431,8 @@ class _RunState:
     messages: list[ChatMessage]
     trace: RunTrace
     memories: list[str] = field(default_factory=list)
+    # The summary of the turns before `messages`, replayed in the system prompt.
+    summary: str | None = None
     iterations: int = 0
     corrected: bool = False  # a malformed call was answered with a correction once already
     prompt_tokens: int = 0

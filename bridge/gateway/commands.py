@@ -1,4 +1,4 @@
-"""Chat commands: /clear, /new, /status, /stop, /send, /help (/retry runs in the dispatcher)."""
+"""Chat commands: /clear, /new, /status, /stop, /send, /help (/retry and /compact run in the dispatcher)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("status", "Show this session: id, loaded tool groups, message count"),
     ("stop", "Stop the answer in progress"),
     ("retry", "Answer your last message again (after an error or an interrupted answer)"),
+    ("compact", "Summarise the older turns of this session now, to keep its history short"),
     ("send", "Owners: let the bot speak here (on), keep it silent (off), or follow the config (inherit)"),
     ("help", "List the commands"),
 )
@@ -112,6 +113,7 @@ class Commands:
         loaded = sorted(self.registry.known_groups(await self.store.loaded_groups(session.id)))
         count = await self.store.count_messages(session.id)
         suppressed = await self.store.count_outbox(session, "suppressed")
+        summaries = await self.store.summaries(session.id)
         decision = await self.gate.decide(key, surface)
         started = datetime.fromtimestamp(session.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         return "\n".join(
@@ -123,6 +125,13 @@ class Commands:
                 f"State: {'answering' if self.lanes.busy(key) else 'idle'}",
                 f"Send policy: {send_state(decision)}",
                 f"Suppressed by the send policy: {suppressed}",
+                f"Summaries of older turns: {len(summaries)}"
+                + (
+                    f" (replacing {sum(x.replaced_chars for x in summaries):,} characters of "
+                    f"{sum(x.turns for x in summaries)} turns)"
+                    if summaries
+                    else ""
+                ),
             ]
         )
 

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 
+from bridge.agent.compaction import Compactor
 from bridge.agent.runner import RETRY_HINT, AgentRunner
 from bridge.config import RunsSettings
 from bridge.events import Inbound, IntakeUnavailable, Outbound, Route
@@ -57,8 +58,10 @@ class Dispatcher:
         access: AccessPolicy,
         gate: PolicyGate,
         runs: RunsSettings,
+        compactor: Compactor,
     ) -> None:
         self.runs = runs
+        self.compactor = compactor
         # Set at shutdown: answers in progress finish; new messages are stored for the next start.
         self.closing = False
         self.access = access
@@ -85,6 +88,8 @@ class Dispatcher:
         command = parse_command(inbound.text)
         if command is not None and command.name == "retry" and verdict is Verdict.ALLOW:
             return await self._retry(inbound, key, owner)
+        if command is not None and command.name == "compact" and verdict is Verdict.ALLOW:
+            return await self._compact(inbound, key, owner)
         if command is not None and owner:
             # An owner's command is answered whatever the send policy says: it is how they change it.
             answer = await self.commands.handle(command, key, surface=inbound.surface, is_owner=True)
@@ -149,6 +154,20 @@ class Dispatcher:
         return self.lanes.schedule(
             key, lambda: self._run(key, inbound.route, inbound.surface, force=True), merge=False
         )
+
+    async def _compact(self, inbound: Inbound, key: str, owner: bool) -> Done | None:
+        """/compact: summarise the session's older turns now, in the background; the chat is told how it
+        went. It never takes the chat's lane, so a message sent meanwhile is answered at once."""
+        if not owner and not (await self.gate.decide(key, inbound.surface)).processes:
+            return None
+        session = await self.sessions.active(inbound)
+        compaction = self.compactor.start(session, force=True)
+
+        async def report() -> None:
+            outcome = await compaction
+            await (await self._notice(inbound.route, key, outcome.text))
+
+        return asyncio.get_running_loop().create_task(report())
 
     def interrupted_notices(
         self, run: RunRow, session: SessionRow | None, asked: str | None
@@ -239,6 +258,9 @@ class Dispatcher:
         # The reply's rows were written with the answer and go at once; the activity display finishes
         # on its own (its last edit may follow the reply), and the turn ends when both are done.
         await self.delivery.deliver(result.outbox)
+        if result.over_budget:
+            # After the reply is sent, never before; in the background, so the chat is never held up.
+            self.compactor.after_turn(session)
         try:
             await asyncio.wait_for(reporter.close(), ACTIVITY_CLOSE_S)
         except TimeoutError:

@@ -99,6 +99,8 @@ class RunRow:
     error: str | None = None
     # The newest user message the run answered.
     input_upto: int | None = None
+    # "turn" answers messages; "compaction" summarised old turns (its trace holds the request).
+    kind: str = "turn"
 
 
 # pending: never handed to a platform. sending: handed over, no answer yet; a crash there leaves it
@@ -140,6 +142,32 @@ class OutboxRow:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryRow:
+    """A summary the model wrote of a session's oldest turns; runs replay it in place of them."""
+
+    id: int
+    session_id: str
+    run_id: str | None
+    # The newest user message whose turn it covers: rows of later turns are replayed as they are.
+    upto: int
+    content: str
+    turns: int
+    # The characters of the turns it replaced (an earlier summary it folded in is not counted again).
+    replaced_chars: int
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NewSummary:
+    """What a compaction writes: the summary of the turns up to user message `upto`."""
+
+    upto: int
+    content: str
+    turns: int
+    replaced_chars: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunContext:
     """What a run starts from, read in one snapshot: the history window, loaded groups, memories."""
 
@@ -148,6 +176,18 @@ class RunContext:
     memories: list[str]
     # The newest user message any run of the session has taken up (0: none); a newer one is unanswered.
     answered_upto: int = 0
+    # The newest summary of older turns; `rows` then hold only the turns after it.
+    summary: SummaryRow | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionInput:
+    """What a compaction reads in one snapshot: the newest summary and every row after it."""
+
+    summary: SummaryRow | None
+    rows: list[MessageRow]
+    # The newest user message a finished run answered: turns after it may still be in progress.
+    finished_upto: int
 
 
 # Builds the notices for runs a crash left 'running' (the run, its session, the text it answered); they
@@ -252,6 +292,27 @@ class Store(Protocol):
         ...
 
     async def backup(self, target: Path) -> None: ...
+
+    # compaction
+    async def compaction_input(self, session_id: str, max_rows: int) -> CompactionInput: ...
+    async def record_compaction(
+        self,
+        run_id: str,
+        session_id: str,
+        *,
+        started_at: float,
+        status: str,
+        error: str | None,
+        trace: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        summary: NewSummary | None,
+    ) -> SummaryRow | None:
+        """Write a compaction's run row (kind 'compaction') and its summary in one transaction. None
+        when there is no summary, or a newer one covers as much already (a concurrent compaction)."""
+        ...
+
+    async def summaries(self, session_id: str) -> list[SummaryRow]: ...
 
     # outbox
     async def add_outbox(self, *items: OutboxItem) -> list[int]:

@@ -12,14 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from bridge.store.base import (
+    CompactionInput,
     InterruptedNotices,
     MessageRow,
+    NewSummary,
     OutboxItem,
     RunContext,
     RunRow,
     SessionMeta,
     SessionRow,
     SessionSummary,
+    SummaryRow,
     ToolExchange,
     Unanswered,
 )
@@ -38,8 +41,9 @@ _MESSAGE_COLS = (
 )
 _RUN_COLS = (
     "id, session_id, status, started_at, channel, input_hash, ended_at, iterations, prompt_tokens, "
-    "completion_tokens, error, input_upto"
+    "completion_tokens, error, input_upto, kind"
 )
+_SUMMARY_COLS = "id, session_id, run_id, upto, content, turns, replaced_chars, created_at"
 
 
 # The session columns an inbound message describes (SessionMeta's fields, same names as columns).
@@ -242,14 +246,88 @@ class SQLiteStore(OutboxTable):
         """Everything a run starts from in one trip to the database thread."""
 
         def read(conn: sqlite3.Connection) -> RunContext:
+            summary = _latest_summary(conn, session_id)
             return RunContext(
-                _history(conn, session_id, history_limit, False),
+                _history(conn, session_id, history_limit, False, after=summary.upto if summary else 0),
                 _loaded_groups(conn, session_id),
                 _memories(conn, memory_scope, memory_limit) if memory_limit else [],
                 _answered_upto(conn, session_id),
+                summary,
             )
 
         return await self._read(read, snapshot=True)
+
+    # ---------------------------------------------------------------- compaction
+
+    async def compaction_input(self, session_id: str, max_rows: int) -> CompactionInput:
+        def read(conn: sqlite3.Connection) -> CompactionInput:
+            summary = _latest_summary(conn, session_id)
+            rows = _history(conn, session_id, max_rows, False, after=summary.upto if summary else 0)
+            finished = conn.execute(
+                "SELECT MAX(input_upto) FROM runs WHERE session_id = ? AND status != 'running'",
+                (session_id,),
+            ).fetchone()[0]
+            return CompactionInput(summary, rows, int(finished or 0))
+
+        return await self._read(read, snapshot=True)
+
+    async def record_compaction(
+        self,
+        run_id: str,
+        session_id: str,
+        *,
+        started_at: float,
+        status: str,
+        error: str | None,
+        trace: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        summary: NewSummary | None,
+    ) -> SummaryRow | None:
+        def write(conn: sqlite3.Connection) -> SummaryRow | None:
+            # Written only when done: a compaction a crash cuts short leaves nothing to abort or announce.
+            conn.execute(
+                "INSERT INTO runs (id, session_id, status, kind, started_at, ended_at, iterations, "
+                "prompt_tokens, completion_tokens, error, trace) "
+                "VALUES (?, ?, ?, 'compaction', ?, ?, 1, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    session_id,
+                    status,
+                    started_at,
+                    time.time(),
+                    prompt_tokens,
+                    completion_tokens,
+                    *_scrubbed(error, trace),
+                ),
+            )
+            if summary is None:
+                return None
+            latest = _latest_summary(conn, session_id)
+            if latest is not None and latest.upto >= summary.upto:
+                return None
+            cursor = conn.execute(
+                "INSERT INTO summaries (session_id, run_id, upto, content, turns, replaced_chars, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    run_id,
+                    summary.upto,
+                    scrub(summary.content),
+                    summary.turns,
+                    summary.replaced_chars,
+                    time.time(),
+                ),
+            )
+            return _latest_summary(conn, session_id) if cursor.lastrowid else None
+
+        return await self._write(write)
+
+    async def summaries(self, session_id: str) -> list[SummaryRow]:
+        rows = await self._rows(
+            f"SELECT {_SUMMARY_COLS} FROM summaries WHERE session_id = ? ORDER BY id", (session_id,)
+        )
+        return [SummaryRow(*row) for row in rows]
 
     # ---------------------------------------------------------------- runs
 
@@ -445,15 +523,34 @@ def _insert_message(conn: sqlite3.Connection, session_id: str, kind: str, conten
     return cursor.lastrowid
 
 
-def _history(conn: sqlite3.Connection, session_id: str, limit: int, chat_only: bool) -> list[MessageRow]:
+def _history(
+    conn: sqlite3.Connection, session_id: str, limit: int, chat_only: bool, *, after: int = 0
+) -> list[MessageRow]:
+    """The newest `limit` rows; with `after`, only rows of turns after user message `after` (a
+    summary covers the rest). A run's rows belong to the turn of the message it answered (its
+    input_upto); they are always written after it, so `m.id > after` bounds the scan on the index."""
     columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
     only_chat = " AND m.kind IN ('user', 'assistant')" if chat_only else ""
+    later = (
+        " AND m.id > :after AND (CASE WHEN m.kind != 'user' AND r.input_upto IS NOT NULL "
+        "THEN r.input_upto ELSE m.id END) > :after"
+        if after
+        else ""
+    )
     rows = conn.execute(
         f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
-        f"WHERE m.session_id = ?{only_chat} ORDER BY m.id DESC LIMIT ?",
-        (session_id, limit),
+        f"WHERE m.session_id = :session{only_chat}{later} ORDER BY m.id DESC LIMIT :limit",
+        {"session": session_id, "limit": limit, "after": after},
     ).fetchall()
     return [MessageRow(*row) for row in reversed(rows)]
+
+
+def _latest_summary(conn: sqlite3.Connection, session_id: str) -> SummaryRow | None:
+    row = conn.execute(
+        f"SELECT {_SUMMARY_COLS} FROM summaries WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    return SummaryRow(*row) if row else None
 
 
 def _loaded_groups(conn: sqlite3.Connection, session_id: str) -> set[str]:

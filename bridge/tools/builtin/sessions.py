@@ -130,11 +130,22 @@ async def sessions_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult
     limit = clamp_int(args.get("limit"), default=50, high=HISTORY_MAX)
     include_tools = args.get("include_tools") is True
     history = await ctx.store.history(session.id, limit, chat_only=not include_tools)
+    summaries = await ctx.store.summaries(session.id)
     return ToolResult.success(
         {
             "session_key": session.key,
             "session_id": session.id,
             "messages": [_message_dict(m) for m in history],
+            # What compaction made of older turns: the model sees these in place of those turns.
+            "summaries": [
+                {
+                    "covers_turns_up_to_message": s.upto,
+                    "turns": s.turns,
+                    "replaced_chars": s.replaced_chars,
+                    "content": s.content,
+                }
+                for s in summaries
+            ],
         }
     )
 
