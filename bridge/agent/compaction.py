@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 MAX_ROWS = 2_000
 # A tool result is cut to this many characters in the text the summary is written from.
 RESULT_CHARS = 600
+# After a failed compaction, later turns of that session do not try again for this long (/compact
+# still does): a model whose context cannot take the request would fail on every turn.
+RETRY_AFTER_S = 600.0
 SUMMARY_SYSTEM = (
     "You write the memory of a chat assistant. Summarise the conversation you are given so the "
     "assistant can carry on without it: keep every fact, name, number, date, file name, decision, "
@@ -86,7 +89,16 @@ def choose(
             keep += 1
     cover = turns[: len(turns) - keep]
     eligible = next((i for i, t in enumerate(cover) if t.upto > finished_upto), len(cover))
-    return cover[:eligible]
+    cover = cover[:eligible]
+    # The summary request itself must fit the model: a session far behind (compaction was off, or
+    # failed for a while) is caught up one budget's worth at a time, oldest first.
+    total, fits = 0, 0
+    for turn in cover:
+        total += turn.chars
+        if fits and total > agent.history_max_chars:
+            break
+        fits += 1
+    return cover[:fits]
 
 
 def transcript(turns: list[Turn]) -> str:
@@ -133,9 +145,14 @@ class Compactor:
         self.provider_for = provider_for
         self._redact = redact
         self._tasks: dict[str, asyncio.Task[Outcome]] = {}
+        self._failed: dict[str, float] = {}  # session id -> when its last compaction failed
 
     def after_turn(self, session: SessionRow) -> None:
-        """A turn found its history over budget: compact it soon, unless that is off or under way."""
+        """A turn found its history over budget: compact it soon, unless that is off, under way, or
+        failed a short while ago."""
+        failed = self._failed.get(session.id)
+        if failed is not None and time.monotonic() - failed < RETRY_AFTER_S:
+            return
         if self.agent.compaction and session.id not in self._tasks:
             self.start(session, force=False)
 
@@ -146,8 +163,17 @@ class Compactor:
             return running
         task = asyncio.get_running_loop().create_task(self.compact(session, force=force))
         self._tasks[session.id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(session.id, None))
+        task.add_done_callback(lambda done: self._done(session.id, done))
         return task
+
+    def _done(self, session_id: str, task: asyncio.Task[Outcome]) -> None:
+        self._tasks.pop(session_id, None)
+        if task.cancelled():
+            return
+        if task.result().status == "failed":
+            self._failed[session_id] = time.monotonic()
+        else:
+            self._failed.pop(session_id, None)
 
     async def compact(self, session: SessionRow, *, force: bool = False) -> Outcome:
         try:
