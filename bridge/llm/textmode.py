@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 import uuid
@@ -13,9 +14,24 @@ from typing import Any, Literal
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, Provider, ToolCall
 
+# Every correction starts with this, so a request can tell that its run already corrected the model.
+NOT_RUN = "[Bridge: that was not run."
 FENCE_CORRECTION = (
-    "[Bridge: that was not run. To call a tool, write the JSON inside a fenced block that starts with "
+    f"{NOT_RUN} To call a tool, write the JSON inside a fenced block that starts with "
     "```json on its own line and ends with ``` on its own line.]"
+)
+RESULT_CORRECTION = (
+    f"{NOT_RUN} Write the tool block and stop: its result comes back in the next message. "
+    "Never write a result yourself.]"
+)
+# Filled in with the tool's name and, in text mode, the block that calls it.
+TEXT_NAME_CORRECTION = (
+    NOT_RUN + " A tool's name alone calls nothing. To call {name}, reply with only this block:\n"
+    "{block}\nOr answer in plain words.]"
+)
+NATIVE_NAME_CORRECTION = (
+    NOT_RUN + " A tool's name alone calls nothing. To use {name}, make a tool call (a function call) "
+    "to it, or answer in plain words.]"
 )
 # Output-only marker for tool results in the transcript: never a callable name, whatever the model echoes.
 RESERVED_NAMES = frozenset({"tool.result", "tool_result"})
@@ -24,6 +40,10 @@ CALL_LABELS = frozenset({"json", "tool"})
 # so inline ``` in prose never starts a block. The body is matched lazily: the first closing fence ends it.
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w.-]*)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+# A whole reply that is only a name: `name`, name(), ```name```, name. (fullmatch on the stripped text).
+_BARE_NAME = re.compile(
+    r"(?:```(?:tool|json)?\s*|`)?([A-Za-z0-9_.:-]{1,128}?)\s*(?:\(\s*\))?\s*(?:```|`)?\.?", re.IGNORECASE
+)
 
 ResultRole = Literal["tool", "user"]
 
@@ -43,6 +63,14 @@ class ParsedReply:
     call: ToolCall | None
     text: str
     ignored: tuple[Ignored, ...] = ()
+    # With a call: the text before its block, and what follows it. The protocol says to stop after the
+    # block, so a tail is never the call's real result; small models write one they made up.
+    preamble: str = ""
+    tail: str = ""
+
+    def without_tail(self) -> ParsedReply:
+        """The reply cut at its call block: what follows it is neither shown nor kept."""
+        return dataclasses.replace(self, text=self.preamble, tail="") if self.call else self
 
 
 def parse_reply(text: str, allowed: Collection[str], *, echoes: Collection[str] = ()) -> ParsedReply:
@@ -54,6 +82,7 @@ def parse_reply(text: str, allowed: Collection[str], *, echoes: Collection[str] 
     dropped from the text so the transcript never shows a call that did not run. Never raises.
     """
     call: ToolCall | None = None
+    start = end = 0  # the span of the call's block
     ignored: list[Ignored] = []
     drop: list[tuple[int, int]] = []
     for match in _FENCE.finditer(text):
@@ -75,10 +104,13 @@ def parse_reply(text: str, allowed: Collection[str], *, echoes: Collection[str] 
             drop.append(match.span())
         else:
             call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
-            drop.append(match.span())
+            start, end = match.span()
+            drop.append((start, end))
     if call is None:
         return ParsedReply(None, text, tuple(ignored))
-    return ParsedReply(call, _without(text, drop), tuple(ignored))
+    return ParsedReply(
+        call, _without(text, drop), tuple(ignored), preamble=_tidy(text[:start]), tail=text[end:].strip()
+    )
 
 
 def parse_leaked(text: str, allowed: Collection[str], *, echoes: Collection[str] = ()) -> ParsedReply:
@@ -86,11 +118,11 @@ def parse_leaked(text: str, allowed: Collection[str], *, echoes: Collection[str]
 
     Either the strict fenced forms, or a reply that is nothing but one bare JSON call object naming a
     tool in `allowed` (what a small model writes when the server's template parser misses it). JSON
-    inside prose is never a call.
+    inside prose is never a call. Text after a fenced call is dropped: it can only be a made-up result.
     """
     parsed = parse_reply(text, allowed, echoes=echoes)
     if parsed.call is not None:
-        return parsed
+        return parsed.without_tail()
     bare = _bare_call(text, allowed, echoes)
     return ParsedReply(bare, "") if bare is not None else parsed
 
@@ -139,13 +171,30 @@ def _as_call(body: str) -> tuple[str, str] | None:
     return name, json.dumps(arguments, ensure_ascii=False)
 
 
+def _bare_name(text: str, allowed: Collection[str]) -> str | None:
+    """The tool's name when the whole reply is nothing but the name of an allowed tool; else None.
+
+    What small models write when they mean to call a tool without arguments. A name inside a
+    sentence is never one.
+    """
+    match = _BARE_NAME.fullmatch(text.strip())
+    if match is None:
+        return None
+    name = match.group(1)
+    return name if name not in RESERVED_NAMES and name in allowed else None
+
+
 def _without(text: str, spans: list[tuple[int, int]]) -> str:
     parts, last = [], 0
     for start, end in spans:
         parts.append(text[last:start])
         last = end
     parts.append(text[last:])
-    return re.sub(r"\n{3,}", "\n\n", "".join(parts)).strip()
+    return _tidy("".join(parts))
+
+
+def _tidy(text: str) -> str:
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
 # -- the prompt side ---------------------------------------------------------------------------
@@ -250,11 +299,47 @@ def _results(messages: list[ChatMessage]) -> list[str]:
     return [m.content for m in messages if m.role == "tool"]
 
 
+def _corrected(messages: list[ChatMessage]) -> bool:
+    """Whether the model was already corrected in this run.
+
+    The runner corrects once per run (AgentRunner._loop) and keeps that exchange, the model's reply
+    and then a user message starting with NOT_RUN, only in the run's own messages: history never
+    holds one, so a pair in the request means this run.
+    """
+    return any(
+        reply.role == "assistant" and note.role == "user" and note.content.startswith(NOT_RUN)
+        for reply, note in itertools.pairwise(messages)
+    )
+
+
 def _with_text_call(completion: Completion, parsed: ParsedReply) -> Completion:
     """The completion with the call found in its text as its one tool call, and the rest as its text."""
     if parsed.call is None:
         return completion
     return dataclasses.replace(completion, content=parsed.text, tool_calls=(parsed.call,))
+
+
+def _named(completion: Completion, name: str, allowed: _Allowed, correction: str | None) -> Completion:
+    """A reply that is only a tool's name: the correction when there is one, else what is safe.
+
+    Without a correction (the run already had its one, or no tools were offered) the name must still
+    never be the answer: a tool that needs no arguments is called with none (one that is not offered
+    is only refused by the runner with a hint to load its group). A tool that needs arguments is not
+    guessed at: the text is dropped and the runner says the answer was empty.
+    """
+    if correction is not None:
+        return dataclasses.replace(completion, correction=correction)
+    if allowed.required(name):
+        return dataclasses.replace(completion, content="", tool_calls=())
+    call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments="{}")
+    return dataclasses.replace(completion, content="", tool_calls=(call,))
+
+
+def _text_name_correction(name: str, allowed: _Allowed) -> str:
+    # Required arguments are named as placeholders, so the block shows what the tool needs.
+    arguments = json.dumps({key: f"<{key}>" for key in allowed.required(name)})
+    block = render_call(ToolCall(id="", name=name, arguments=arguments))
+    return TEXT_NAME_CORRECTION.format(name=name, block=block)
 
 
 class TextModeProvider:
@@ -281,12 +366,27 @@ class TextModeProvider:
             native = next((c for c in completion.tool_calls if c.name in allowed), None)
             return dataclasses.replace(completion, tool_calls=(native,) if native else ())
         echoes = _results(messages)
+        # A malformed call is corrected once per run (see AgentRunner._loop). After that, and in a
+        # request with no tools (a run's last, whose correction the runner ignores), it degrades to
+        # what is safe: its call runs, and neither the call nor a made-up result is ever the answer.
+        correct = bool(tools) and not _corrected(messages)
         parsed = parse_reply(completion.content, allowed, echoes=echoes)
-        if parsed.call is None and _bare_call(completion.content, allowed, echoes) is not None:
-            # A bare call object with no fence: never run (only a fenced block is a call), but close
-            # enough that the model is told how to write it, once (see AgentRunner._loop).
-            return dataclasses.replace(completion, correction=FENCE_CORRECTION)
-        return _with_text_call(completion, parsed)
+        if parsed.call is not None:
+            if parsed.tail and correct:
+                return dataclasses.replace(completion, correction=RESULT_CORRECTION)
+            return _with_text_call(completion, parsed.without_tail())
+        bare = _bare_call(completion.content, allowed, echoes)
+        if bare is not None:
+            # Only a fenced block is a call, but this is close enough that the model is told how to
+            # write it; a second one in the run is plainly meant as a call, and runs.
+            if correct:
+                return dataclasses.replace(completion, correction=FENCE_CORRECTION)
+            return _with_text_call(completion, ParsedReply(bare, ""))
+        name = _bare_name(completion.content, allowed)
+        if name is not None:
+            correction = _text_name_correction(name, allowed) if correct else None
+            return _named(completion, name, allowed, correction)
+        return completion
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -306,7 +406,13 @@ class NativeModeProvider:
             return completion
         allowed = _Allowed(tools, self._known)
         parsed = parse_leaked(completion.content, allowed, echoes=_results(messages))
-        return _with_text_call(completion, parsed)
+        if parsed.call is not None:
+            return _with_text_call(completion, parsed)
+        name = _bare_name(completion.content, allowed)
+        if name is not None:
+            correction = None if _corrected(messages) else NATIVE_NAME_CORRECTION.format(name=name)
+            return _named(completion, name, allowed, correction)
+        return completion
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -316,7 +422,9 @@ class _Allowed:
     """The offered tools plus those a group load would activate, as a membership test."""
 
     def __init__(self, tools: list[dict[str, Any]], known: Callable[[str], bool]) -> None:
-        self.active = {schema.get("function", schema).get("name") for schema in tools}
+        functions = [schema.get("function", schema) for schema in tools]
+        self._required = {function.get("name"): _required(function) for function in functions}
+        self.active = set(self._required)
         self.known = known
 
     def __contains__(self, name: object) -> bool:
@@ -327,3 +435,13 @@ class _Allowed:
 
     def __len__(self) -> int:
         return len(self.active)
+
+    def required(self, name: str) -> list[str]:
+        """The arguments an offered tool requires; none for a tool that is not offered."""
+        return self._required.get(name, [])
+
+
+def _required(function: dict[str, Any]) -> list[str]:
+    parameters = function.get("parameters")
+    required = parameters.get("required") if isinstance(parameters, dict) else None
+    return [str(key) for key in required] if isinstance(required, list) else []

@@ -144,6 +144,7 @@ async def test_a_bare_call_object_is_not_run_but_the_model_is_told_once_how_to_w
         fake.text("It is noon."),
         fake.text(bare),
         fake.text(bare),
+        fake.text("Still noon."),
     )
     async with running_bridge(tmp_path, fake_llm, llm=TEXT) as h:
         await h.say("time?")
@@ -155,9 +156,10 @@ async def test_a_bare_call_object_is_not_run_but_the_model_is_told_once_how_to_w
     assert correction[0] == {"role": "assistant", "content": bare}
     assert correction[1]["role"] == "user" and "```json" in correction[1]["content"]
     assert h.sender.of("reply")[0] == "It is noon."
-    # Told once per run: a second bare object is the answer as written, and nothing ran for it.
-    assert h.sender.of("reply")[1] == bare
-    assert len(fake_llm.requests) == 5
+    # Told once per run: a second bare object is plainly meant as a call, and runs; it is never the answer.
+    assert fake_llm.requests[5]["messages"][-1]["content"].startswith("[tool.result of get_current_time]")
+    assert h.sender.of("reply")[1] == "Still noon."
+    assert len(fake_llm.requests) == 6
     # The correction lived only in its run: history holds the question, the call, the answer.
     assert [r.kind for r in rows][:4] == ["user", "tool_call", "tool_result", "assistant"]
     assert not any("that was not run" in r.content for r in rows)
