@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from types import TracebackType
 from typing import Any
@@ -22,7 +22,7 @@ from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
-from bridge.llm.textmode import NativeModeProvider, TextModeProvider
+from bridge.llm.profiles import Profiles, with_tool_mode
 from bridge.logs import redactor
 from bridge.sessions.service import SessionService
 from bridge.store.base import SessionRow
@@ -45,18 +45,6 @@ def load_adapter_class(name: str) -> Any:
     return next(iter(found)).load()
 
 
-def with_tool_mode(settings: Settings, provider: Provider, registry: ToolRegistry) -> Provider:
-    """The provider as the runner uses it: the strict text protocol in text mode; in native mode, calls a
-    server left in the text are still recognised."""
-
-    def known(name: str) -> bool:
-        return registry.get(name) is not None
-
-    if settings.llm.tool_mode == "text":
-        return TextModeProvider(provider, known=known, result_role=settings.llm.text_result_role)
-    return NativeModeProvider(provider, known=known)
-
-
 class Bridge:
     """Everything one running bot needs, wired together; use `async with Bridge(settings)`."""
 
@@ -72,7 +60,10 @@ class Bridge:
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = SQLiteStore(settings.storage.path)
-        self.provider = with_tool_mode(settings, provider or build_provider(settings.llm), self.registry)
+        known = _known_in(self.registry)
+        # The default profile ([llm], or the provider a test injected); /model picks another per chat.
+        self.provider = with_tool_mode(settings.llm, provider or build_provider(settings.llm), known)
+        self.profiles = Profiles(settings.llm, known, self.provider)
         owners = frozenset([*settings.owners, *extra_owners])
         self.sessions = SessionService(self.store, owners)
         self.access = AccessPolicy.from_settings(settings, owners)
@@ -80,7 +71,7 @@ class Bridge:
         self.policy = SendPolicy(settings.session.send_policy)
         self.gate = PolicyGate(self.policy, self.store)
         self.delivery = Delivery(self.gate, self.store, resend_uncertain=settings.delivery.resend_uncertain)
-        self.runner = AgentRunner(settings, self.store, self.registry, self.provider)
+        self.runner = AgentRunner(settings, self.store, self.registry, self.provider, self.profiles)
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
         self.compactor = Compactor(settings, self.store, self._provider_for, redactor(settings))
@@ -99,7 +90,7 @@ class Bridge:
 
     def _provider_for(self, session: SessionRow) -> Provider:
         """The model a session's compaction asks: the one its turns run on."""
-        return self.runner.provider
+        return self.profiles.get(session.model_profile)
 
     def apply_live_settings(self, settings: Settings) -> None:
         """Take the live-reloadable parts of a reloaded config: send policy and access lists."""
@@ -169,7 +160,7 @@ class Bridge:
         await self.lanes.close()
         await self.compactor.close()
         await self.delivery.close()
-        await self.provider.aclose()
+        await self.profiles.aclose()
         await self.store.close()
 
     async def __aenter__(self) -> Bridge:
@@ -180,3 +171,8 @@ class Bridge:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+def _known_in(registry: ToolRegistry) -> Callable[[str], bool]:
+    """Whether a tool of this name exists, loaded or not (see bridge.llm.profiles.with_tool_mode)."""
+    return lambda name: registry.get(name) is not None

@@ -169,6 +169,11 @@ def check_config(settings: Settings, path: Path | None) -> int:
     except ConfigError as exc:
         print(f"bridge: config error:\n{exc}", file=sys.stderr)
         return EXIT_CONFIG
+    # Not an error at load, so `bridge run` starts with one unused profile lacking its key (it warns,
+    # and that profile answers with an error); checking the config is when to hear about it.
+    if missing := settings.llm.missing_keys():
+        print("bridge: config error:\n" + "\n".join(missing), file=sys.stderr)
+        return EXIT_CONFIG
     source = resolve_config_path(path)
     print(f"# effective config from {source or 'defaults'} and BRIDGE_* environment variables")
     print(render_settings(settings), end="")

@@ -15,8 +15,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -24,6 +26,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 DEFAULT_CONFIG_PATH = Path("config.toml")
 _OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
+# [llm.profiles.NAME]: names owners type after /model; "default" is [llm] itself.
+_PROFILE_NAME = re.compile(r"^[a-z0-9_-]+$")
+DEFAULT_PROFILE = "default"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Where platform adapters register; its names are the surfaces (bridge.app loads them from here).
 ADAPTER_GROUP = "bridge.adapters"
 REDACTED = "<redacted>"
@@ -69,6 +75,68 @@ def _url(value: str | None, example: str, schemes: str = "https?") -> str | None
     return value.rstrip("/")
 
 
+class LLMProfile(_Section):
+    """One [llm.profiles.NAME] table: another model, which owners pick for a chat with /model NAME.
+
+    Keys left out come from [llm]. The API key never sits in the file: `api_key_env` names the
+    environment variable that holds it (none for a local server that needs no key).
+    """
+
+    provider: Literal["openai", "anthropic"] | None = None
+    base_url: str | None = None
+    model: str
+    api_key_env: str | None = None
+    timeout_s: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0, le=10)
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_tokens: int | None = Field(None, gt=0)
+    tool_mode: Literal["native", "text"] | None = None
+    text_result_role: Literal["tool", "user"] | None = None
+    # Read from the environment when the settings are loaded, so the log and trace redactors know it
+    # from the start (bridge.logs.secret_values finds it); never a field, so never rendered.
+    _api_key: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_in_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError(
+                "api_key: a profile's key is never written in the config; put it in an environment "
+                "variable and name that variable in api_key_env"
+            )
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return _url(value, "http://127.0.0.1:8080/v1")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not an environment variable name (letters, digits and _), e.g. "
+                "'OPENAI_API_KEY'; the key itself goes in that variable, not here"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _read_key(self) -> LLMProfile:
+        if self.api_key_env:
+            self._api_key = SecretStr(os.environ.get(self.api_key_env, ""))
+        return self
+
+    @property
+    def api_key(self) -> SecretStr:
+        return self._api_key
+
+    @property
+    def key_missing(self) -> bool:
+        """The profile names a key variable that is unset or empty."""
+        return bool(self.api_key_env) and not self._api_key.get_secret_value()
+
+
 class LLMSettings(_Section):
     # "openai": any OpenAI-compatible /chat/completions server; "anthropic": the Anthropic Messages API.
     provider: Literal["openai", "anthropic"] = "openai"
@@ -84,11 +152,79 @@ class LLMSettings(_Section):
     tool_mode: Literal["native", "text"] = "native"
     # The role text-mode tool results go back as; "user" suits chat templates that reject "tool".
     text_result_role: Literal["tool", "user"] = "tool"
+    # Other models a chat can switch to with /model NAME; [llm] itself is the profile "default".
+    profiles: dict[str, LLMProfile] = Field(default_factory=dict)
+    # The profile that answers when a chat's own model fails after its retries ("default": [llm]).
+    fallback: str | None = None
 
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         return _url(value, "http://127.0.0.1:8080/v1")
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_names(cls, value: dict[str, LLMProfile]) -> dict[str, LLMProfile]:
+        for name in value:
+            if name == DEFAULT_PROFILE:
+                raise ValueError(f"{name!r} is reserved: it is [llm] itself; choose another profile name")
+            if not _PROFILE_NAME.match(name):
+                raise ValueError(
+                    f"{name!r} is not a profile name: use lowercase letters, digits, _ and -, e.g. 'local'"
+                )
+        return value
+
+    @field_validator("fallback")
+    @classmethod
+    def _known_fallback(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Validated after `profiles` (declared first); if that failed, its own error says why.
+        profiles = info.data.get("profiles")
+        if value is not None and profiles is not None and value not in (DEFAULT_PROFILE, *profiles):
+            known = ", ".join([DEFAULT_PROFILE, *sorted(profiles)])
+            raise ValueError(f"{value!r} is not a profile; defined profiles: {known}")
+        return value
+
+    def profile_names(self) -> list[str]:
+        """The profile names /model takes: "default" ([llm]) first, then the tables by name."""
+        return [DEFAULT_PROFILE, *sorted(self.profiles)]
+
+    def profile_of(self, chosen: str | None) -> str:
+        """The profile a session with this /model choice runs on: "default" if none, or if removed."""
+        return chosen if chosen is not None and chosen in self.profiles else DEFAULT_PROFILE
+
+    def for_profile(self, name: str) -> LLMSettings:
+        """The effective settings of a profile: its own keys over [llm]'s ("default" is [llm]).
+
+        [llm]'s base_url and key carry over only to a profile that talks to the same server (same
+        provider, same or no base_url): the key must never be sent to a server it was not made for.
+        """
+        if name == DEFAULT_PROFILE:
+            return self
+        profile = self.profiles[name]
+        provider = profile.provider or self.provider
+        same_api = provider == self.provider
+        base_url = profile.base_url or (self.base_url if same_api else None)
+        same_server = same_api and base_url == self.base_url
+        own = {k: v for k, v in profile if v is not None and k not in ("api_key_env", "provider", "base_url")}
+        return self.model_copy(
+            update={
+                **own,
+                "provider": provider,
+                "base_url": base_url,
+                "api_key": profile.api_key if profile.api_key_env or not same_server else self.api_key,
+                "profiles": {},
+                "fallback": None,
+            }
+        )
+
+    def missing_keys(self) -> list[str]:
+        """One line per profile whose key variable is unset or empty, naming the profile and variable."""
+        return [
+            f"llm.profiles.{name}.api_key_env: the environment variable {profile.api_key_env} is not "
+            "set, so this profile has no API key"
+            for name, profile in sorted(self.profiles.items())
+            if profile.key_missing
+        ]
 
 
 class StorageSettings(_Section):
@@ -453,8 +589,18 @@ def _render_section(name: str, section: BaseModel) -> list[str]:
         sub = getattr(section, sub_name)
         if isinstance(sub, BaseModel):
             nested.extend(_render_section(f"{name}.{sub_name}", sub))
+        elif isinstance(sub, dict) and sub and all(isinstance(v, BaseModel) for v in sub.values()):
+            # A table of sections ([llm.profiles.NAME]), each a table of its own, as it is written.
+            for key, item in sub.items():
+                nested.extend(_render_section(f"{name}.{sub_name}.{key}", item))
+        elif sub is None:
+            # A profile's unset keys are not unset: they say nothing, and [llm] decides (see below).
+            if not isinstance(section, LLMProfile):
+                lines.append(f"# {sub_name} is unset")
         else:
-            lines.append(f"{sub_name} = {_toml_value(sub)}" if sub is not None else f"# {sub_name} is unset")
+            lines.append(f"{sub_name} = {_toml_value(sub)}")
+    if isinstance(section, LLMProfile):
+        lines.insert(1, "# keys not shown come from [llm] (its key only when the server is the same)")
     # A section holding only sub-tables (e.g. [session]) needs no header of its own.
     return ["\n".join(lines), *nested] if len(lines) > 1 else nested
 

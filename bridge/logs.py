@@ -16,15 +16,23 @@ MIN_SECRET_LEN = 6
 
 
 def secret_values(model: BaseModel) -> Iterator[str]:
-    """Every non-empty SecretStr in the settings, however deep, and the credentials in URL settings."""
-    for name in type(model).model_fields:
-        value = getattr(model, name)
+    """Every non-empty SecretStr in the settings, however deep (tables of sections and private
+    attributes too: a model profile's key, read from the variable it names), and the credentials in
+    URL settings."""
+    values = [getattr(model, name) for name in type(model).model_fields]
+    values += list((model.__pydantic_private__ or {}).values())
+    for value in values:
         if isinstance(value, SecretStr):
             candidates = [value.get_secret_value()]
         elif isinstance(value, str):
             candidates = list(_url_credentials(value))
         elif isinstance(value, BaseModel):
             yield from secret_values(value)
+            continue
+        elif isinstance(value, dict):
+            for item in value.values():
+                if isinstance(item, BaseModel):
+                    yield from secret_values(item)
             continue
         else:
             continue

@@ -14,9 +14,10 @@ from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop
 from bridge.agent.prompt import build_system_prompt
 from bridge.agent.trace import RunTrace
-from bridge.config import Settings
+from bridge.config import DEFAULT_PROFILE, Settings
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
+from bridge.llm.profiles import Profiles
 from bridge.logs import redactor
 from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store, ToolExchange
 from bridge.store.sqlite import dumps, new_id
@@ -105,11 +106,22 @@ class AgentRunner:
     # Nothing in the product or its config sets it.
     restore_groups = True
 
-    def __init__(self, settings: Settings, store: Store, registry: ToolRegistry, provider: Provider) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        registry: ToolRegistry,
+        provider: Provider,
+        profiles: Profiles | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.registry = registry
+        # The default profile's provider ([llm]); a chat switched with /model runs on its profile's.
         self.provider = provider
+        self.profiles = profiles or Profiles(
+            settings.llm, lambda name: registry.get(name) is not None, provider
+        )
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
         self._redact = redactor(settings)
@@ -172,6 +184,10 @@ class AgentRunner:
             memories=context.memories,
             summary=summary,
         )
+        # The chat's model (/model), or [llm]'s; a profile since removed from the config means [llm]'s.
+        state.profile = state.answering = self.profiles.resolve(session.model_profile)
+        state.provider = self.profiles.get(state.profile)
+        state.trace.use_model(state.profile, self.profiles.settings(state.profile).model)
         # Past the budget (or a full window, so older rows exist): the dispatcher compacts after the reply.
         over_budget = len(context.rows) >= agent.history_limit or size(replay) > budget
         try:
@@ -203,6 +219,9 @@ class AgentRunner:
         result.reply = scrub(result.reply)
         # An answer (or a polite stop) is history; an error or a timeout is not, so /retry can redo it.
         answer = result.reply if result.status in ("ok", "stopped") else None
+        if state.fallback is not None and answer is not None:
+            # Said in the chat but not stored as the model's words, which later turns replay to it.
+            result.reply = scrub(result.reply + state.fallback.note())
         error = None if result.status == "ok" else result.stop_reason or result.reply
         planned = await reply(state.run_id, result.reply) if reply is not None else []
         try:
@@ -310,16 +329,62 @@ class AgentRunner:
         *,
         final: bool = False,
     ) -> Completion:
-        """One model request, recorded in the run's trace whether it succeeds or fails."""
-        started = RunTrace.clock()
+        """One model request, recorded in the run's trace whether it succeeds or fails.
+
+        When the run's model fails for good (its retries spent) and [llm] fallback names another
+        profile, the same request goes once to that one, which then answers the rest of the run: the
+        first model is likely still down, and each further request would wait out its retries again.
+        """
         try:
-            completion = await self.provider.complete(messages, tools)
+            return await self._ask(state, messages, tools, final=final)
+        except ProviderError as exc:
+            if state.fallback is not None:
+                # Already on the fallback: the main model failed earlier in this run, now this one has.
+                raise state.fallback.failed_too(exc) from exc
+            name = self.profiles.fallback_for(state.answering)
+            if name is None:
+                raise
+            fallback = self._fall_back(state, name, exc)
+        try:
+            return await self._ask(state, messages, tools, final=final)
+        except ProviderError as exc:
+            raise fallback.failed_too(exc) from exc
+
+    def _fall_back(self, state: _RunState, name: str, exc: ProviderError) -> _Fallback:
+        """Hand the rest of the run to the fallback profile `name`, in the state and its trace."""
+        log.warning(
+            "run %s: model profile %s failed (%s); asking the fallback profile %s",
+            state.run_id,
+            state.answering,
+            exc.message,
+            name,
+        )
+        state.fallback = _Fallback(name, state.answering, exc.message)
+        state.answering, state.provider = name, self.profiles.get(name)
+        model = self.profiles.settings(name).model
+        state.trace.header["fallback"] = {"profile": name, "model": model, "because": exc.message}
+        return state.fallback
+
+    async def _ask(
+        self, state: _RunState, messages: list[ChatMessage], tools: list[dict[str, Any]], *, final: bool
+    ) -> Completion:
+        """One request to the profile answering now, recorded in the trace."""
+        started = RunTrace.clock()
+        fallback = state.answering if state.fallback is not None else None
+        try:
+            completion = await (state.provider or self.provider).complete(messages, tools)
         except ProviderError as exc:
             state.trace.model_call(
-                started, messages, tools, error=exc.message, error_detail=exc.detail, final=final
+                started,
+                messages,
+                tools,
+                error=exc.message,
+                error_detail=exc.detail,
+                final=final,
+                fallback=fallback,
             )
             raise
-        state.trace.model_call(started, messages, tools, completion, final=final)
+        state.trace.model_call(started, messages, tools, completion, final=final, fallback=fallback)
         state.add_usage(completion)
         return completion
 
@@ -437,10 +502,50 @@ class _RunState:
     corrected: bool = False  # a malformed call was answered with a correction once already
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The profile the session runs on, and the one answering now (its fallback, once that took over).
+    profile: str = DEFAULT_PROFILE
+    answering: str = DEFAULT_PROFILE
+    # The answering profile's provider; None means the runner's default.
+    provider: Provider | None = None
+    fallback: _Fallback | None = None
 
     def add_usage(self, completion: Completion) -> None:
         self.prompt_tokens += completion.usage.prompt_tokens
         self.completion_tokens += completion.usage.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class _Fallback:
+    """The fallback profile took over a run: which, from which, and why."""
+
+    profile: str
+    failed: str
+    reason: str
+
+    def note(self) -> str:
+        """What the reply says about it, appended to the answer."""
+        return (
+            f"\n\n_(Answered by the fallback model `{self.profile}` because `{self.failed}` failed: "
+            f"{_short_reason(self.reason)})_"
+        )
+
+    def failed_too(self, exc: ProviderError) -> ProviderError:
+        """The error the user sees when the fallback fails as well: both reasons."""
+        return ProviderError(
+            f"{exc.message} (That was the fallback model `{self.profile}`; `{self.failed}` failed first: "
+            f"{_short_reason(self.reason)})",
+            retryable=exc.retryable,
+            status=exc.status,
+            detail=exc.detail,
+        )
+
+
+def _short_reason(message: str, limit: int = 160) -> str:
+    """A provider's error message as a clause: no trailing period, at most `limit` characters."""
+    text = " ".join(message.split()).rstrip(".")
+    if text[:1].isupper() and text[1:2].islower():
+        text = text[0].lower() + text[1:]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _not_run(call: ToolCall) -> ChatMessage:

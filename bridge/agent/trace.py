@@ -31,7 +31,15 @@ class RunTrace:
     """Collects one run's steps in memory; the runner stores it (redacted JSON) when the run ends."""
 
     def __init__(
-        self, run_id: str, session_id: str, session_key: str, channel: str | None, input_hash: str
+        self,
+        run_id: str,
+        session_id: str,
+        session_key: str,
+        channel: str | None,
+        input_hash: str,
+        *,
+        profile: str | None = None,
+        model: str | None = None,
     ) -> None:
         self.header: dict[str, Any] = {
             "run_id": run_id,
@@ -41,6 +49,7 @@ class RunTrace:
             "input_hash": input_hash,
             "started_at": time.time(),
         }
+        self.use_model(profile, model)
         self.steps: list[dict[str, Any]] = []
         self._started = time.monotonic()
         self._sent: list[Any] = []  # the messages of the previous model request, to share its prefix
@@ -48,6 +57,13 @@ class RunTrace:
     @staticmethod
     def clock() -> float:
         return time.monotonic()
+
+    def use_model(self, profile: str | None, model: str | None) -> None:
+        """The model profile (/model) the run asks, and its model name."""
+        if profile is not None:
+            self.header["profile"] = profile
+        if model is not None:
+            self.header["model"] = model
 
     def model_call(
         self,
@@ -59,6 +75,7 @@ class RunTrace:
         *,
         error_detail: str = "",
         final: bool = False,
+        fallback: str | None = None,
     ) -> None:
         # The exact body the provider sent when it reports one; else the structured request. The
         # messages are kept as they are (immutable) and turned into JSON once, in to_json.
@@ -69,6 +86,9 @@ class RunTrace:
         step: dict[str, Any] = {"type": "model", "ms": _ms(started), "request": self._shared(request)}
         if final:
             step["final_without_tools"] = True
+        if fallback is not None:
+            # Asked of the fallback profile because the run's own model failed for good.
+            step["fallback_profile"] = fallback
         if completion is not None:
             step["response"] = completion.raw
             step["content"] = completion.content
@@ -155,6 +175,11 @@ def format_trace(text: str) -> str:
         f"tokens {usage.get('prompt_tokens', 0)} in / {usage.get('completion_tokens', 0)} out",
         f"input sha256 {data.get('input_hash')}",
     ]
+    if data.get("model") or data.get("profile"):
+        lines.append(f"model {data.get('model')} (profile {data.get('profile') or 'default'})")
+    if data.get("fallback"):
+        fell = data["fallback"]
+        lines.append(f"answered by the fallback profile {fell.get('profile')} ({fell.get('model')})")
     if data.get("stop_rule"):
         lines.append(f"stopped by loop rule {data['stop_rule']}")
     for number, step in enumerate(data.get("steps", []), 1):
@@ -162,6 +187,8 @@ def format_trace(text: str) -> str:
             request = step.get("request") or {}
             tools = [t.get("function", t).get("name", "?") for t in request.get("tools") or []]
             final = " (final answer, no tools)" if step.get("final_without_tools") else ""
+            if step.get("fallback_profile"):
+                final += f" (fallback profile {step['fallback_profile']})"
             lines.append(
                 f"\n[{number}] model request{final}: {len(request.get('messages', []))} messages, "
                 f"{len(tools)} tools ({', '.join(tools) or 'none'}), {step['ms']} ms"

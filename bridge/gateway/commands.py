@@ -1,15 +1,15 @@
-"""Chat commands: /clear, /new, /status, /stop, /send, /help (/retry and /compact run in the dispatcher)."""
+"""Chat commands: /clear, /new, /status, /stop, /send, /model, /help (/retry and /compact: the dispatcher)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bridge.config import Settings
+from bridge.config import DEFAULT_PROFILE, Settings
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import Decision, PolicyGate
 from bridge.sessions.service import SessionService
-from bridge.store.base import Store
+from bridge.store.base import SessionRow, Store
 from bridge.tools.registry import ToolRegistry
 
 # (name, description): the one list behind /help and the platforms' command menus.
@@ -21,6 +21,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("retry", "Answer your last message again (after an error or an interrupted answer)"),
     ("compact", "Summarise the older turns of this session now, to keep its history short"),
     ("send", "Owners: let the bot speak here (on), keep it silent (off), or follow the config (inherit)"),
+    ("model", "List the model profiles; owners: /model NAME switches this chat's model"),
     ("help", "List the commands"),
 )
 HELP = "Commands:\n" + "\n".join(f"/{name}: {description}" for name, description in COMMANDS)
@@ -68,6 +69,8 @@ class Commands:
             return await self.status(key, surface)
         if command.name == "send":
             return await self.send(key, command.args, surface=surface, is_owner=is_owner)
+        if command.name == "model":
+            return await self.model(key, command.args, is_owner=is_owner)
         if command.name == "stop":
             return await self.stop(key)
         if command.name in ("help", "start"):
@@ -108,6 +111,37 @@ class Commands:
         decision = await self.gate.decide(key, surface)
         return f"Send policy for this session: {send_state(decision)}"
 
+    async def model(self, key: str, args: str, *, is_owner: bool) -> str:
+        """/model lists the profiles; /model NAME (owners only) switches the chat to one until changed."""
+        llm = self.settings.llm
+        session = await self.sessions.active_for_key(key)
+        name = args.strip().lower()
+        if not name:
+            current = _profile_of(self.settings, session)
+            lines = [
+                f"{'▶' if profile == current else '•'} {profile}: {_describe_profile(self.settings, profile)}"
+                for profile in llm.profile_names()
+            ]
+            hint = "Owners switch with /model NAME." if len(lines) > 1 else "No other profile is configured."
+            return "\n".join(["Model profiles (▶ this chat):", *lines, hint])
+        if not is_owner:
+            return "Only an owner of this bot can change the model of a chat."
+        if name not in llm.profile_names():
+            return f"There is no model profile {name!r}. Profiles: {', '.join(llm.profile_names())}."
+        # "default" is stored as no choice: the chat follows [llm] as the config changes.
+        await self.store.set_model_profile(session.id, None if name == DEFAULT_PROFILE else name)
+        return (
+            f"This chat now uses the model profile {name}: {_describe_profile(self.settings, name)}. "
+            "It stays for this chat, across /clear, until /model changes it."
+        )
+
+    def _model_line(self, session: SessionRow) -> str:
+        profile = _profile_of(self.settings, session)
+        line = f"{profile} ({self.settings.llm.for_profile(profile).model})"
+        if session.model_profile is not None and profile != session.model_profile:
+            line += f"; the profile {session.model_profile} chosen here is no longer configured"
+        return line
+
     async def status(self, key: str, surface: str) -> str:
         session = await self.sessions.active_for_key(key)
         loaded = sorted(self.registry.known_groups(await self.store.loaded_groups(session.id)))
@@ -121,7 +155,7 @@ class Commands:
                 f"Session: {session.id} (key {session.key}, started {started})",
                 f"Messages: {count}",
                 f"Loaded tool groups: {', '.join(loaded) if loaded else 'none'}",
-                f"Model: {self.settings.llm.model}",
+                f"Model: {self._model_line(session)}",
                 f"State: {'answering' if self.lanes.busy(key) else 'idle'}",
                 f"Send policy: {send_state(decision)}",
                 f"Suppressed by the send policy: {suppressed}",
@@ -134,6 +168,16 @@ class Commands:
                 ),
             ]
         )
+
+
+def _profile_of(settings: Settings, session: SessionRow) -> str:
+    """The profile a session runs on, as the runner picks it."""
+    return settings.llm.profile_of(session.model_profile)
+
+
+def _describe_profile(settings: Settings, name: str) -> str:
+    llm = settings.llm.for_profile(name)
+    return f"model {llm.model}, {llm.tool_mode} tool calls"
 
 
 # /send's argument → the stored override ("" shows the current state without changing it).

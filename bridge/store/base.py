@@ -25,6 +25,8 @@ class SessionRow:
     send_policy: str | None = None
     last_route: str | None = None
     parent_id: str | None = None
+    # The model profile chosen with /model; None is [llm] itself. Kept across /clear, like send_policy.
+    model_profile: str | None = None
 
     @property
     def active(self) -> bool:
@@ -229,6 +231,9 @@ class Store(Protocol):
 
     # messages
     async def set_send_policy(self, session_id: str, value: str | None) -> None: ...
+    async def set_model_profile(self, session_id: str, name: str | None) -> None:
+        """The session's model profile (/model NAME); None returns it to [llm]."""
+        ...
 
     async def add_user_message(
         self,

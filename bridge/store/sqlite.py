@@ -33,7 +33,7 @@ from bridge.text import scrub
 
 _SESSION_COLS = (
     "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route, "
-    "parent_id"
+    "parent_id, model_profile"
 )
 _MESSAGE_COLS = (
     "id, session_id, kind, content, created_at, run_id, step, tool_name, tool_call_id, tool_input, "
@@ -107,6 +107,12 @@ class SQLiteStore(OutboxTable):
                     "UPDATE sessions SET send_policy = ? WHERE id = ?", (previous.send_policy, row.id)
                 )
                 row = dataclasses.replace(row, send_policy=previous.send_policy)
+            if previous is not None and previous.model_profile is not None:
+                # So is the /model choice: a fresh conversation on the model the owner picked here.
+                conn.execute(
+                    "UPDATE sessions SET model_profile = ? WHERE id = ?", (previous.model_profile, row.id)
+                )
+                row = dataclasses.replace(row, model_profile=previous.model_profile)
             return row
 
         row = await self._write(replace)
@@ -152,6 +158,14 @@ class SQLiteStore(OutboxTable):
             lambda conn: conn.execute("UPDATE sessions SET send_policy = ? WHERE id = ?", (value, session_id))
         )
         self._active.update(session_id, send_policy=value)
+
+    async def set_model_profile(self, session_id: str, name: str | None) -> None:
+        await self._write(
+            lambda conn: conn.execute(
+                "UPDATE sessions SET model_profile = ? WHERE id = ?", (name, session_id)
+            )
+        )
+        self._active.update(session_id, model_profile=name)
 
     # ---------------------------------------------------------------- messages
 

@@ -48,7 +48,9 @@ async def test_commands_are_registered_and_typing_is_shown(
         "status",
         "stop",
         "retry",
+        "compact",
         "send",
+        "model",
         "help",
     ]
     assert any(a["chat_id"] == OWNER and a["action"] == "typing" for a in tg.chat_actions)
