@@ -110,7 +110,10 @@ def check_answers(db: Path, outbox: list[Row], found: Findings) -> None:
     told it was interrupted; and no run took up again what an earlier run had taken up."""
     runs: defaultdict[str, list[Run]] = defaultdict(list)
     for row in rows(
-        db, "SELECT id, session_id, status, input_upto, started_at FROM runs ORDER BY started_at, rowid"
+        # Compactions answer nothing (they summarise old turns): only turns take messages up.
+        db,
+        "SELECT id, session_id, status, input_upto, started_at FROM runs WHERE kind = 'turn' "
+        "ORDER BY started_at, rowid",
     ):
         runs[row[1]].append(Run(*row))
     for session, session_runs in runs.items():
@@ -122,6 +125,11 @@ def check_answers(db: Path, outbox: list[Row], found: Findings) -> None:
                     f"{run.input_upto}, which an earlier run had taken up (up to {highest})"
                 )
             highest = max(highest, run.input_upto or 0)
+    for summary, session, upto in rows(db, "SELECT id, session_id, upto FROM summaries"):
+        # A summary may only cover turns a finished run answered: never one still being answered.
+        answered = max((r.input_upto or 0 for r in runs[session] if r.status != "running"), default=0)
+        if upto > answered:
+            found.problem(f"summary {summary} in session {session} covers message {upto}, never answered")
     answers = dict(rows(db, "SELECT run_id, content FROM messages WHERE kind = 'assistant'"))
     by_key: defaultdict[str, list[Row]] = defaultdict(list)
     for row in outbox:
