@@ -1,4 +1,4 @@
-"""`python -m bench [--smoke] [--only NAME ...]`: runs the benchmarks, printing tables and writing JSON."""
+"""`python -m bench [--smoke] [--only NAME ...]`, or `python -m bench real-model`: figures, printed, saved."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import memory, restore_cost, round_trips, schema_tokens, throughput
+from bench import memory, real_model, restore_cost, round_trips, schema_tokens, throughput
 from bench.common import RESULTS, machine
 
 BENCHMARKS: dict[str, Callable[[bool], Awaitable[dict[str, Any]]]] = {
@@ -37,7 +37,19 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the benchmarks still run")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
+    # Not one of the benchmarks run by default: it needs a running model server, and takes minutes.
+    commands = parser.add_subparsers(dest="command", metavar="real-model")
+    real_model.add_arguments(
+        commands.add_parser(
+            "real-model",
+            help="scripted chats against a real model server (the local model by default)",
+            description=real_model.__doc__,
+        )
+    )
     args = parser.parse_args()
     # Every figure is taken on 127.0.0.1 or in process; a proxy must never sit in between.
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
-    asyncio.run(main(args.only, args.smoke))
+    if args.command == "real-model":
+        asyncio.run(real_model.main(args))
+    else:
+        asyncio.run(main(args.only, args.smoke))
