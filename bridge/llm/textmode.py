@@ -40,10 +40,14 @@ CALL_LABELS = frozenset({"json", "tool"})
 # so inline ``` in prose never starts a block. The body is matched lazily: the first closing fence ends it.
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w.-]*)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_SIGNATURE = re.compile(r"\s*\([^()]*\)\s*$")
 # A whole reply that is only a name: `name`, name(), ```name```, name. (fullmatch on the stripped text).
+# Also a name written as a function call, name(key: "value"), which small models copy from the tool list.
 _BARE_NAME = re.compile(
-    r"(?:```(?:tool|json)?\s*|`)?([A-Za-z0-9_.:-]{1,128}?)\s*(?:\(\s*\))?\s*(?:```|`)?\.?", re.IGNORECASE
+    r"(?:```(?:tool|json)?\s*|`)?([A-Za-z0-9_.:-]{1,128}?)\s*(?:\(([^()]*)\))?\s*(?:```|`)?\.?", re.IGNORECASE
 )
+# One key: value (or key=value) pair of such a call; strings in double quotes, or a bare word or number.
+_PAIR = re.compile(r'\s*(\w+)\s*[:=]\s*("(?:[^"\\]|\\.)*"|[\w./:+-]+)\s*(?:,|$)')
 
 ResultRole = Literal["tool", "user"]
 
@@ -83,6 +87,7 @@ def parse_reply(text: str, allowed: Collection[str], *, echoes: Collection[str] 
     """
     call: ToolCall | None = None
     start = end = 0  # the span of the call's block
+    inside = ""  # what follows the call object inside its block
     ignored: list[Ignored] = []
     drop: list[tuple[int, int]] = []
     for match in _FENCE.finditer(text):
@@ -106,11 +111,12 @@ def parse_reply(text: str, allowed: Collection[str], *, echoes: Collection[str] 
             call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
             start, end = match.span()
             drop.append((start, end))
+            # Anything after the call object inside its own block is a result it made up.
+            inside = (_first_value(body) or (None, ""))[1]
     if call is None:
         return ParsedReply(None, text, tuple(ignored))
-    return ParsedReply(
-        call, _without(text, drop), tuple(ignored), preamble=_tidy(text[:start]), tail=text[end:].strip()
-    )
+    tail = "\n".join(part for part in (inside, text[end:].strip()) if part)
+    return ParsedReply(call, _without(text, drop), tuple(ignored), preamble=_tidy(text[:start]), tail=tail)
 
 
 def parse_leaked(text: str, allowed: Collection[str], *, echoes: Collection[str] = ()) -> ParsedReply:
@@ -138,12 +144,28 @@ def _bare_call(text: str, allowed: Collection[str], echoes: Collection[str]) -> 
     return ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=found[0], arguments=found[1])
 
 
+def _first_value(body: str) -> tuple[Any, str] | None:
+    """The first JSON value of a block body and the text after it; None when it starts with none.
+
+    Small models write a call and then, in the same block, results they made up for it.
+    """
+    try:
+        return loads(body), ""
+    except ValueError:
+        pass
+    try:
+        value, end = json.JSONDecoder().raw_decode(body)
+    except (ValueError, RecursionError):
+        return None
+    return value, body[end:].strip()
+
+
 def _as_call(body: str) -> tuple[str, str] | None:
     """(name, arguments JSON) when a block body has the shape of a call; None otherwise."""
-    try:
-        value = loads(body)
-    except ValueError:
+    found = _first_value(body)
+    if found is None:
         return None
+    value = found[0]
     if isinstance(value, list):
         # A list of calls in one block: the first is the call, like the first of several blocks.
         value = value[0] if value else None
@@ -155,6 +177,9 @@ def _as_call(body: str) -> tuple[str, str] | None:
         # {"name": ...} alone is ordinary JSON (a person, a file); only with arguments is it a call.
         if not any(key in value for key in ("arguments", "parameters")):
             return None
+    if isinstance(name, str):
+        # A name copied with its signature from the tool list: "get_current_time(timezone: string)".
+        name = _SIGNATURE.sub("", name)
     if not isinstance(name, str) or not _NAME.match(name):
         return None
     arguments = value.get("arguments", value.get("parameters", {}))
@@ -171,6 +196,21 @@ def _as_call(body: str) -> tuple[str, str] | None:
     return name, json.dumps(arguments, ensure_ascii=False)
 
 
+def without_calls(text: str) -> str:
+    """The text with everything call-shaped taken out, whatever tool it names: fenced call blocks, and
+    a text that is nothing but a call object. For a run's last answer, asked for with no tools, which
+    a small model still writes as a call: a call is never an answer."""
+    spans = [
+        match.span()
+        for match in _FENCE.finditer(text)
+        # A ```tool block belongs to the tool protocol whatever it holds (a call, a made-up result).
+        if match.group(1).lower() == "tool"
+        or (match.group(1).lower() in CALL_LABELS and _as_call(match.group(2).strip()) is not None)
+    ]
+    rest = _without(text, spans)
+    return "" if rest.startswith("{") and _as_call(rest) is not None else rest
+
+
 def _bare_name(text: str, allowed: Collection[str]) -> str | None:
     """The tool's name when the whole reply is nothing but the name of an allowed tool; else None.
 
@@ -182,6 +222,26 @@ def _bare_name(text: str, allowed: Collection[str]) -> str | None:
         return None
     name = match.group(1)
     return name if name not in RESERVED_NAMES and name in allowed else None
+
+
+def _written_arguments(text: str) -> str | None:
+    """The arguments of a reply written as name(key: "value", ...), as JSON: "{}" when there are
+    none, None when they cannot be read for sure (then nothing is guessed)."""
+    match = _BARE_NAME.fullmatch(text.strip())
+    inner = (match.group(2) or "").strip() if match else ""
+    if not inner:
+        return "{}"
+    pairs = list(_PAIR.finditer(inner))
+    if "".join(p.group(0) for p in pairs).strip() != inner:
+        return None
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        raw = pair.group(2)
+        try:
+            arguments[pair.group(1)] = loads(raw) if raw.startswith('"') or raw[0].isdigit() else raw
+        except ValueError:
+            arguments[pair.group(1)] = raw
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 def _without(text: str, spans: list[tuple[int, int]]) -> str:
@@ -320,18 +380,21 @@ def _with_text_call(completion: Completion, parsed: ParsedReply) -> Completion:
 
 
 def _named(completion: Completion, name: str, allowed: _Allowed, correction: str | None) -> Completion:
-    """A reply that is only a tool's name: the correction when there is one, else what is safe.
+    """A reply that is only a tool's name (or name(args)): the correction when there is one, else
+    what is safe.
 
     Without a correction (the run already had its one, or no tools were offered) the name must still
-    never be the answer: a tool that needs no arguments is called with none (one that is not offered
-    is only refused by the runner with a hint to load its group). A tool that needs arguments is not
-    guessed at: the text is dropped and the runner says the answer was empty.
+    never be the answer: the tool is called with the arguments written out, or with none when it
+    needs none (one that is not offered is only refused by the runner with a hint to load its group).
+    Arguments that cannot be read, or a tool that needs some and got none, are not guessed at: the
+    text is dropped and the runner says the answer was empty.
     """
     if correction is not None:
         return dataclasses.replace(completion, correction=correction)
-    if allowed.required(name):
+    arguments = _written_arguments(completion.content)
+    if arguments is None or (arguments == "{}" and allowed.required(name)):
         return dataclasses.replace(completion, content="", tool_calls=())
-    call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments="{}")
+    call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
     return dataclasses.replace(completion, content="", tool_calls=(call,))
 
 

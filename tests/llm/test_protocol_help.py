@@ -19,6 +19,7 @@ from bridge.llm.textmode import (
     TextModeProvider,
     parse_reply,
     render_call,
+    without_calls,
 )
 from tests.agent.test_text_mode import TEXT, fenced
 from tests.fakes import openai_server as fake
@@ -334,3 +335,63 @@ async def test_answers_that_mention_a_tool_or_show_json_reach_the_user_as_writte
     assert len(fake_llm.requests) == 3
     assert h.sender.of("reply") == answers
     assert h.sender.of("activity") == []
+
+
+# -- calls written the ways small models write them ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "arguments"),
+    [
+        ('read_file(path: "notes.txt")', {"path": "notes.txt"}),
+        ('read_file(path="a, b.txt")', {"path": "a, b.txt"}),
+        ("get_current_time(timezone: Asia/Tokyo)", {"timezone": "Asia/Tokyo"}),
+    ],
+)
+async def test_a_call_written_as_a_function_is_corrected_once_then_runs_with_its_arguments(
+    reply: str, arguments: dict[str, Any]
+) -> None:
+    for complete in (in_text_mode, in_native_mode):
+        first = await complete(reply)
+        assert first.correction is not None and first.tool_calls == ()
+        second = await complete(reply, corrected(reply))
+        [call] = second.tool_calls
+        assert json.loads(call.arguments) == arguments and second.content == ""
+
+
+async def test_a_function_call_whose_arguments_cannot_be_read_runs_nothing_and_shows_nothing() -> None:
+    completion = await in_text_mode("read_file(the notes file)", corrected("x"))
+    assert completion.tool_calls == () and completion.content == ""
+
+
+async def test_a_tool_name_copied_with_its_signature_from_the_tool_list_is_still_the_call() -> None:
+    reply = block({"tool_name": "get_current_time(timezone: string)", "arguments": {"timezone": "UTC"}})
+    completion = await in_text_mode(reply)
+    [call] = completion.tool_calls
+    assert call.name == "get_current_time" and json.loads(call.arguments) == {"timezone": "UTC"}
+
+
+async def test_made_up_results_inside_the_call_block_itself_are_corrected_then_dropped() -> None:
+    reply = (
+        '```tool\n{"tool_name": "get_current_time", "arguments": {}}\n'
+        '{"tool.result": "2026-11-23 12:00:00"}\n```'
+    )
+    first = await in_text_mode(reply)
+    assert first.correction == RESULT_CORRECTION
+    second = await in_text_mode(reply, corrected(reply, RESULT_CORRECTION))
+    assert [c.name for c in second.tool_calls] == ["get_current_time"]
+    assert "12:00" not in second.content
+
+
+@pytest.mark.parametrize(
+    ("answer", "left"),
+    [
+        ('```json\n{"name": "load_tool_group", "arguments": {"group_name": "x"}}\n```', ""),
+        ('```tool\n{"tool.result": "no more tool calls"}\n```', ""),
+        ('{"tool_name": "get_current_time", "arguments": {}}', ""),
+        ('It is noon.\n\n```tool\n{"tool_name": "get_current_time", "arguments": {}}\n```', "It is noon."),
+        ('It is noon.\n```json\n{"hour": 12}\n```', 'It is noon.\n```json\n{"hour": 12}\n```'),
+    ],
+)
+def test_without_calls_takes_out_everything_call_shaped_and_keeps_data(answer: str, left: str) -> None:
+    assert without_calls(answer) == left
