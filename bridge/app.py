@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from importlib.metadata import entry_points
 from types import TracebackType
 from typing import Any
@@ -29,7 +29,6 @@ from bridge.store.base import SessionRow
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
-from bridge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class Bridge:
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = SQLiteStore(settings.storage.path)
-        known = _known_in(self.registry)
+        known = self.registry.knows
         # The default profile ([llm], or the provider a test injected); /model picks another per chat.
         self.provider = with_tool_mode(settings.llm, provider or build_provider(settings.llm), known)
         self.profiles = Profiles(settings.llm, known, self.provider)
@@ -171,8 +170,3 @@ class Bridge:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
-
-
-def _known_in(registry: ToolRegistry) -> Callable[[str], bool]:
-    """Whether a tool of this name exists, loaded or not (see bridge.llm.profiles.with_tool_mode)."""
-    return lambda name: registry.get(name) is not None

@@ -86,7 +86,7 @@ class Player:
     def __call__(self, body: dict[str, Any]) -> Reply:
         messages = body["messages"]
         last = max(i for i, m in enumerate(messages) if m["role"] == "user")
-        if messages[last]["content"] == FINAL_REQUEST:
+        if messages[last]["content"].startswith(FINAL_REQUEST):
             return text("Your session is main.")
         results = [m["content"] for m in messages[last:] if m["role"] == "tool"]
         step = self.plays[messages[last]["content"]][len(results)]

@@ -18,6 +18,7 @@ from bridge.config import DEFAULT_PROFILE, Settings
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
 from bridge.llm.profiles import Profiles
+from bridge.llm.textmode import without_calls
 from bridge.logs import redactor
 from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store, ToolExchange
 from bridge.store.sqlite import dumps, new_id
@@ -35,6 +36,8 @@ FINAL_REQUEST = (
     "[Bridge: no more tool calls are possible for this request.] Using only the tool results above, "
     "give your final answer to my last message now, in plain text."
 )
+# Tool results of the turn repeated in the last request, newest last.
+FINAL_RESULTS = 3
 RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped", "skipped"]
 # The delivery rows of a run's reply (run id, text), written in the transaction that ends the run.
 ReplyPlanner = Callable[[str, str], Awaitable[list[OutboxItem]]]
@@ -119,9 +122,7 @@ class AgentRunner:
         self.registry = registry
         # The default profile's provider ([llm]); a chat switched with /model runs on its profile's.
         self.provider = provider
-        self.profiles = profiles or Profiles(
-            settings.llm, lambda name: registry.get(name) is not None, provider
-        )
+        self.profiles = profiles or Profiles(settings.llm, registry.knows, provider)
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
         self._redact = redactor(settings)
@@ -312,14 +313,22 @@ class AgentRunner:
         """
         state.trace.header["stop_rule"] = stop.rule
         fallback = stop.message
-        messages = [ChatMessage("system", system), *state.messages, ChatMessage("user", FINAL_REQUEST)]
+        request = final_request(state.messages, self.settings.agent.max_tool_result_chars)
+        messages = [ChatMessage("system", system), *state.messages, ChatMessage("user", request)]
         try:
             completion = await self._complete(state, messages, [], final=True)
         except ProviderError:
-            return RunResult(state.run_id, "stopped", fallback, state.iterations, stop_reason=fallback)
-        # Offered no tools, a model may still write a call; only its text can be the answer.
-        answer = completion.content.strip()
-        return RunResult(state.run_id, "stopped", answer or fallback, state.iterations, stop_reason=fallback)
+            completion = None
+        # Offered no tools, a small model still writes a call (fenced or bare) more often than not; a
+        # call is never the answer, so only the text around it counts.
+        answer = without_calls(completion.content) if completion is not None else ""
+        if _echoes_question(answer, state.messages):
+            answer = ""
+        if not answer:
+            # No answer came: the user gets why it stopped, and what the tools found, which may be all
+            # they asked for (the time somewhere, a file's text).
+            answer = fallback + _last_result(state.messages)
+        return RunResult(state.run_id, "stopped", answer, state.iterations, stop_reason=fallback)
 
     async def _complete(
         self,
@@ -446,6 +455,14 @@ class AgentRunner:
             return ToolResult.error("tool_failed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
 
     def _unavailable(self, name: str, active: dict[str, Tool]) -> ToolResult:
+        called = self.registry.group(name)
+        if called is not None:
+            tools = ", ".join(t.name for t in called.tools)
+            return ToolResult.error(
+                "not_loaded",
+                f"'{name}' is a tool group, not a tool. Call load_tool_group with group_name='{name}', "
+                f"then call one of its tools: {tools}.",
+            )
         group = self.registry.group_of(name)
         if group is not None:
             return ToolResult.error(
@@ -546,6 +563,44 @@ def _short_reason(message: str, limit: int = 160) -> str:
     if text[:1].isupper() and text[1:2].islower():
         text = text[0].lower() + text[1:]
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def final_request(messages: list[ChatMessage], max_chars: int) -> str:
+    """The last request's own message: the results of this turn's calls, then no more tools.
+
+    Small models lose the results behind their own repeated calls, so the newest few are said again
+    right before the instruction.
+    """
+    asked = next((i for i in range(len(messages) - 1, -1, -1) if _from_person(messages[i])), None)
+    if asked is None:
+        return FINAL_REQUEST
+    results = [m for m in messages[asked + 1 :] if m.role == "tool"][-FINAL_RESULTS:]
+    if not results:
+        return FINAL_REQUEST
+    found = "".join(f"\n- {m.name}: {truncate(m.content, max_chars // 4)}" for m in results)
+    # The instruction comes last: small models continue from the end, and echo a question put there.
+    return f"What the tools returned:{found}\n\n{FINAL_REQUEST}"
+
+
+def _echoes_question(answer: str, messages: list[ChatMessage]) -> bool:
+    """The answer only repeats the user's last message, as small models do when they have nothing."""
+    asked = next((m.content for m in reversed(messages) if _from_person(m)), None)
+    return asked is not None and " ".join(answer.split()).casefold() == " ".join(asked.split()).casefold()
+
+
+def _from_person(message: ChatMessage) -> bool:
+    # The runner's own corrections are user messages too; they start with "[Bridge:".
+    return message.role == "user" and not message.content.startswith("[Bridge:")
+
+
+def _last_result(messages: list[ChatMessage]) -> str:
+    """The newest successful tool result of the turn, for a reply that has no answer from the model."""
+    for message in reversed(messages):
+        if _from_person(message):
+            return ""
+        if message.role == "tool" and not message.content.startswith(("Error [", "Not run:")):
+            return f"\n\nThe last tool result ({message.name}): {truncate(message.content, 600)}"
+    return ""
 
 
 def _not_run(call: ToolCall) -> ChatMessage:

@@ -62,6 +62,14 @@ class ToolRegistry:
     def group(self, name: str) -> ToolGroup | None:
         return self._groups.get(normalize_group_name(name))
 
+    def knows(self, name: str) -> bool:
+        """A tool or a group of this name exists, loaded or not: text that calls it is a call.
+
+        Groups count because small models call a group like a tool; the runner's answer to that call
+        says how to load it, where plain text would reach the user as a code block.
+        """
+        return self.get(name) is not None or self.group(name) is not None
+
     def group_of(self, tool_name: str) -> str | None:
         return self._group_of.get(tool_name)
 

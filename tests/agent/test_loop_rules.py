@@ -9,6 +9,7 @@ from zoneinfo import available_timezones
 
 import pytest
 
+from bridge.agent.runner import FINAL_REQUEST
 from bridge.agent.trace import format_trace
 from bridge.config import ConfigError, load_settings
 from tests.fakes import openai_server as fake
@@ -232,3 +233,64 @@ def test_a_bad_loop_threshold_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
     assert "agent.loops.max_failures_in_a_row" in str(caught.value)
+
+
+async def test_a_last_answer_written_as_a_call_is_never_the_reply_the_last_result_is(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # What the 0.5B model did after a repeat: asked for an answer with no tools, it wrote the call.
+    call = {"timezone": "Asia/Tokyo"}
+    fake_llm.push(
+        fake.tool_call("get_current_time", call),
+        fake.tool_call("get_current_time", call),
+        fake.text('```json\n{"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}\n```'),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time in Tokyo?")
+    reply = h.sender.of("reply")[-1]
+    assert "```" not in reply and "kept calling `get_current_time`" in reply
+    assert "The last tool result (get_current_time):" in reply and "Asia/Tokyo" in reply
+
+
+async def test_a_last_answer_that_only_repeats_the_question_is_not_the_reply(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("get_current_time", {}),
+        fake.tool_call("get_current_time", {}),
+        fake.text("  What time is it?  "),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("what time is it?")
+    assert h.sender.of("reply")[-1].startswith("⚠️ I stopped")
+
+
+async def test_the_last_request_repeats_this_turns_tool_results_before_asking_for_the_answer(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("get_current_time", {"timezone": "UTC"}),
+        fake.tool_call("get_current_time", {"timezone": "UTC"}),
+        fake.text("Noon."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+    last = str(fake_llm.requests[-1]["messages"][-1]["content"])
+    assert last.startswith("What the tools returned:\n- get_current_time: ")
+    assert last.endswith(FINAL_REQUEST) and '"timezone": "UTC"' in last
+    assert h.sender.of("reply") == ["Noon."]
+
+
+async def test_a_group_called_like_a_tool_is_told_how_to_load_it(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("sessions", {}),
+        fake.tool_call("load_tool_group", {"group_name": "sessions"}),
+        fake.text("Loaded."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("sessions please")
+    result = [m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"][-1]["content"]
+    assert "'sessions' is a tool group, not a tool" in result and "group_name='sessions'" in result
+    assert "sessions_list" in result and h.sender.of("reply") == ["Loaded."]
