@@ -156,6 +156,8 @@ def settings_for(folder: Path, config: EvalConfig) -> Settings:
         "tool_mode": config.mode,
         "timeout_s": 180,
         "max_retries": 1,
+        # A 0.5B model sometimes writes on until the timeout; no answer here needs more.
+        "max_tokens": 512,
     }
     if config.temperature is not None:
         llm["temperature"] = config.temperature

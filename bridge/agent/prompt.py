@@ -40,6 +40,11 @@ def build_system_prompt(
 
 
 def _place(session: SessionRow) -> str:
-    where = " ".join(part for part in (session.surface, session.chat_type) if part)
-    name = f" '{session.display_name}'" if session.display_name else ""
-    return f"session key {session.key}" + (f" ({where}{name})" if where or name else "")
+    # Worded as a sentence: "(telegram dm)" in parentheses read to a small model like a group name.
+    kind = _KINDS.get(session.chat_type or "", session.chat_type)
+    where = " on ".join(part for part in (kind, session.surface) if part)
+    name = f" named '{session.display_name}'" if session.display_name else ""
+    return f"session key {session.key}" + (f", a {where}{name}" if where else name)
+
+
+_KINDS = {"dm": "direct message", "group": "group chat", "channel": "channel"}
