@@ -17,7 +17,7 @@ import pytest
 from bench import real_model
 from bench.__main__ import BENCHMARKS
 from bench.real_model import SCENARIOS, EvalConfig, evaluate, hour_pattern, is_call_shaped, run_scenario
-from bridge.agent.runner import FINAL_REQUEST
+from bridge.agent.loops import FINAL_REQUEST
 from tests.fakes.loopback import closed_port
 from tests.fakes.openai_server import FakeOpenAI, Reply, text, tool_call
 

@@ -1,13 +1,15 @@
-"""Loop and storm detection: the rules that cut an unproductive run short, whatever the arguments."""
+"""Runs cut short: the loop and storm rules (whatever the arguments), and how the last answer is asked."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bridge.agent.history import truncate
 from bridge.config import LoopSettings
 from bridge.jsonutil import loads
-from bridge.llm.base import ToolCall
+from bridge.llm.base import ChatMessage, ToolCall
+from bridge.llm.textmode import without_calls
 from bridge.store.sqlite import dumps
 from bridge.tools.base import ToolResult
 
@@ -15,6 +17,13 @@ from bridge.tools.base import ToolResult
 StopRule = Literal["repeated_call", "failure_streak", "unavailable_tools", "max_iterations"]
 # Result codes of calls the model could not make at all: no such tool, or its group is not loaded.
 UNAVAILABLE_CODES = frozenset({"unknown_tool", "not_loaded"})
+# The last request of a run cut short: no tools, an answer.
+FINAL_REQUEST = (
+    "[Bridge: no more tool calls are possible for this request.] Using only the tool results above, "
+    "give your final answer to my last message now, in plain text."
+)
+# Tool results of the turn repeated in the last request, newest last.
+FINAL_RESULTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +106,54 @@ class LoopGuard:
                 f"Last error: {result.content}",
             )
         return None
+
+
+def last_answer(content: str | None, stop: Stop, messages: list[ChatMessage]) -> str:
+    """The reply of a run cut short: the model's last answer, unless there is none.
+
+    Offered no tools, a small model still writes a call (fenced or bare) more often than not, or
+    repeats the question. Neither is an answer: the user then gets why the run stopped, and what the
+    tools found, which may be all they asked for (the time somewhere, a file's text).
+    """
+    answer = without_calls(content) if content is not None else ""
+    if _echoes_question(answer, messages):
+        answer = ""
+    return answer or stop.message + last_result(messages)
+
+
+def final_request(messages: list[ChatMessage], max_chars: int) -> str:
+    """The last request's own message: the results of this turn's calls, then no more tools.
+
+    Small models lose the results behind their own repeated calls, so the newest few are said again
+    right before the instruction.
+    """
+    asked = next((i for i in range(len(messages) - 1, -1, -1) if _from_person(messages[i])), None)
+    if asked is None:
+        return FINAL_REQUEST
+    results = [m for m in messages[asked + 1 :] if m.role == "tool"][-FINAL_RESULTS:]
+    if not results:
+        return FINAL_REQUEST
+    found = "".join(f"\n- {m.name}: {truncate(m.content, max_chars // 4)}" for m in results)
+    # The instruction comes last: small models continue from the end, and echo a question put there.
+    return f"What the tools returned:{found}\n\n{FINAL_REQUEST}"
+
+
+def _echoes_question(answer: str, messages: list[ChatMessage]) -> bool:
+    """The answer only repeats the user's last message, as small models do when they have nothing."""
+    asked = next((m.content for m in reversed(messages) if _from_person(m)), None)
+    return asked is not None and " ".join(answer.split()).casefold() == " ".join(asked.split()).casefold()
+
+
+def _from_person(message: ChatMessage) -> bool:
+    # The runner's own corrections are user messages too; they start with "[Bridge:".
+    return message.role == "user" and not message.content.startswith("[Bridge:")
+
+
+def last_result(messages: list[ChatMessage]) -> str:
+    """The newest successful tool result of the turn, for a reply that has no answer from the model."""
+    for message in reversed(messages):
+        if _from_person(message):
+            return ""
+        if message.role == "tool" and not message.content.startswith(("Error [", "Not run:")):
+            return f"\n\nThe last tool result ({message.name}): {truncate(message.content, 600)}"
+    return ""

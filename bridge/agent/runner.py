@@ -11,14 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from bridge.agent.history import build_messages, size, truncate, within_budget
-from bridge.agent.loops import LoopGuard, Stop
+from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
 from bridge.agent.prompt import build_system_prompt
 from bridge.agent.trace import RunTrace
 from bridge.config import DEFAULT_PROFILE, Settings
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
-from bridge.llm.profiles import Profiles
-from bridge.llm.textmode import without_calls
+from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
 from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store, ToolExchange
 from bridge.store.sqlite import dumps, new_id
@@ -31,13 +30,6 @@ log = logging.getLogger(__name__)
 # Old traces are pruned after this many runs (and at start), not after every run.
 PRUNE_EVERY = 100
 RETRY_HINT = "Your message is saved: send /retry to try again."
-# The last request of a run cut short (a loop, the failure breaker, the step cap): no tools, an answer.
-FINAL_REQUEST = (
-    "[Bridge: no more tool calls are possible for this request.] Using only the tool results above, "
-    "give your final answer to my last message now, in plain text."
-)
-# Tool results of the turn repeated in the last request, newest last.
-FINAL_RESULTS = 3
 RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped", "skipped"]
 # The delivery rows of a run's reply (run id, text), written in the transaction that ends the run.
 ReplyPlanner = Callable[[str, str], Awaitable[list[OutboxItem]]]
@@ -319,15 +311,7 @@ class AgentRunner:
             completion = await self._complete(state, messages, [], final=True)
         except ProviderError:
             completion = None
-        # Offered no tools, a small model still writes a call (fenced or bare) more often than not; a
-        # call is never the answer, so only the text around it counts.
-        answer = without_calls(completion.content) if completion is not None else ""
-        if _echoes_question(answer, state.messages):
-            answer = ""
-        if not answer:
-            # No answer came: the user gets why it stopped, and what the tools found, which may be all
-            # they asked for (the time somewhere, a file's text).
-            answer = fallback + _last_result(state.messages)
+        answer = last_answer(completion.content if completion else None, stop, state.messages)
         return RunResult(state.run_id, "stopped", answer, state.iterations, stop_reason=fallback)
 
     async def _complete(
@@ -359,7 +343,7 @@ class AgentRunner:
         except ProviderError as exc:
             raise fallback.failed_too(exc) from exc
 
-    def _fall_back(self, state: _RunState, name: str, exc: ProviderError) -> _Fallback:
+    def _fall_back(self, state: _RunState, name: str, exc: ProviderError) -> Fallback:
         """Hand the rest of the run to the fallback profile `name`, in the state and its trace."""
         log.warning(
             "run %s: model profile %s failed (%s); asking the fallback profile %s",
@@ -368,7 +352,7 @@ class AgentRunner:
             exc.message,
             name,
         )
-        state.fallback = _Fallback(name, state.answering, exc.message)
+        state.fallback = Fallback(name, state.answering, exc.message)
         state.answering, state.provider = name, self.profiles.get(name)
         model = self.profiles.settings(name).model
         state.trace.header["fallback"] = {"profile": name, "model": model, "because": exc.message}
@@ -524,83 +508,11 @@ class _RunState:
     answering: str = DEFAULT_PROFILE
     # The answering profile's provider; None means the runner's default.
     provider: Provider | None = None
-    fallback: _Fallback | None = None
+    fallback: Fallback | None = None
 
     def add_usage(self, completion: Completion) -> None:
         self.prompt_tokens += completion.usage.prompt_tokens
         self.completion_tokens += completion.usage.completion_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class _Fallback:
-    """The fallback profile took over a run: which, from which, and why."""
-
-    profile: str
-    failed: str
-    reason: str
-
-    def note(self) -> str:
-        """What the reply says about it, appended to the answer."""
-        return (
-            f"\n\n_(Answered by the fallback model `{self.profile}` because `{self.failed}` failed: "
-            f"{_short_reason(self.reason)})_"
-        )
-
-    def failed_too(self, exc: ProviderError) -> ProviderError:
-        """The error the user sees when the fallback fails as well: both reasons."""
-        return ProviderError(
-            f"{exc.message} (That was the fallback model `{self.profile}`; `{self.failed}` failed first: "
-            f"{_short_reason(self.reason)})",
-            retryable=exc.retryable,
-            status=exc.status,
-            detail=exc.detail,
-        )
-
-
-def _short_reason(message: str, limit: int = 160) -> str:
-    """A provider's error message as a clause: no trailing period, at most `limit` characters."""
-    text = " ".join(message.split()).rstrip(".")
-    if text[:1].isupper() and text[1:2].islower():
-        text = text[0].lower() + text[1:]
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def final_request(messages: list[ChatMessage], max_chars: int) -> str:
-    """The last request's own message: the results of this turn's calls, then no more tools.
-
-    Small models lose the results behind their own repeated calls, so the newest few are said again
-    right before the instruction.
-    """
-    asked = next((i for i in range(len(messages) - 1, -1, -1) if _from_person(messages[i])), None)
-    if asked is None:
-        return FINAL_REQUEST
-    results = [m for m in messages[asked + 1 :] if m.role == "tool"][-FINAL_RESULTS:]
-    if not results:
-        return FINAL_REQUEST
-    found = "".join(f"\n- {m.name}: {truncate(m.content, max_chars // 4)}" for m in results)
-    # The instruction comes last: small models continue from the end, and echo a question put there.
-    return f"What the tools returned:{found}\n\n{FINAL_REQUEST}"
-
-
-def _echoes_question(answer: str, messages: list[ChatMessage]) -> bool:
-    """The answer only repeats the user's last message, as small models do when they have nothing."""
-    asked = next((m.content for m in reversed(messages) if _from_person(m)), None)
-    return asked is not None and " ".join(answer.split()).casefold() == " ".join(asked.split()).casefold()
-
-
-def _from_person(message: ChatMessage) -> bool:
-    # The runner's own corrections are user messages too; they start with "[Bridge:".
-    return message.role == "user" and not message.content.startswith("[Bridge:")
-
-
-def _last_result(messages: list[ChatMessage]) -> str:
-    """The newest successful tool result of the turn, for a reply that has no answer from the model."""
-    for message in reversed(messages):
-        if _from_person(message):
-            return ""
-        if message.role == "tool" and not message.content.startswith(("Error [", "Not run:")):
-            return f"\n\nThe last tool result ({message.name}): {truncate(message.content, 600)}"
-    return ""
 
 
 def _not_run(call: ToolCall) -> ChatMessage:

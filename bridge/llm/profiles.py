@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bridge.config import DEFAULT_PROFILE, LLMSettings
@@ -116,3 +117,37 @@ class Profiles:
                 await provider.aclose()
             except Exception:  # one client failing to close must not leave the others open
                 log.exception("closing a model client failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """The fallback profile took over a run: which, from which, and why."""
+
+    profile: str
+    failed: str
+    reason: str
+
+    def note(self) -> str:
+        """What the reply says about it, appended to the answer."""
+        return (
+            f"\n\n_(Answered by the fallback model `{self.profile}` because `{self.failed}` failed: "
+            f"{_short_reason(self.reason)})_"
+        )
+
+    def failed_too(self, exc: ProviderError) -> ProviderError:
+        """The error the user sees when the fallback fails as well: both reasons."""
+        return ProviderError(
+            f"{exc.message} (That was the fallback model `{self.profile}`; `{self.failed}` failed first: "
+            f"{_short_reason(self.reason)})",
+            retryable=exc.retryable,
+            status=exc.status,
+            detail=exc.detail,
+        )
+
+
+def _short_reason(message: str, limit: int = 160) -> str:
+    """A provider's error message as a clause: no trailing period, at most `limit` characters."""
+    text = " ".join(message.split()).rstrip(".")
+    if text[:1].isupper() and text[1:2].islower():
+        text = text[0].lower() + text[1:]
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -9,7 +9,7 @@ from zoneinfo import available_timezones
 
 import pytest
 
-from bridge.agent.runner import FINAL_REQUEST
+from bridge.agent.loops import FINAL_REQUEST
 from bridge.agent.trace import format_trace
 from bridge.config import ConfigError, load_settings
 from tests.fakes import openai_server as fake
