@@ -59,10 +59,9 @@ class Bridge:
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = SQLiteStore(settings.storage.path)
-        known = self.registry.knows
         # The default profile ([llm], or the provider a test injected); /model picks another per chat.
-        self.provider = with_tool_mode(settings.llm, provider or build_provider(settings.llm), known)
-        self.profiles = Profiles(settings.llm, known, self.provider)
+        self.provider = with_tool_mode(settings.llm, provider or build_provider(settings.llm), self.registry)
+        self.profiles = Profiles(settings.llm, self.registry, self.provider)
         owners = frozenset([*settings.owners, *extra_owners])
         self.sessions = SessionService(self.store, owners)
         self.access = AccessPolicy.from_settings(settings, owners)

@@ -114,7 +114,7 @@ class AgentRunner:
         self.registry = registry
         # The default profile's provider ([llm]); a chat switched with /model runs on its profile's.
         self.provider = provider
-        self.profiles = profiles or Profiles(settings.llm, registry.knows, provider)
+        self.profiles = profiles or Profiles(settings.llm, registry, provider)
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
         self._redact = redactor(settings)
@@ -178,9 +178,9 @@ class AgentRunner:
             summary=summary,
         )
         # The chat's model (/model), or [llm]'s; a profile since removed from the config means [llm]'s.
-        state.profile = state.answering = self.profiles.resolve(session.model_profile)
-        state.provider = self.profiles.get(state.profile)
-        state.trace.use_model(state.profile, self.profiles.settings(state.profile).model)
+        profile = state.answering = self.profiles.resolve(session.model_profile)
+        state.provider = self.profiles.get(profile)
+        state.trace.use_model(profile, self.profiles.settings(profile).model)
         # Past the budget (or a full window, so older rows exist): the dispatcher compacts after the reply.
         over_budget = len(context.rows) >= agent.history_limit or size(replay) > budget
         try:
@@ -503,8 +503,7 @@ class _RunState:
     corrected: bool = False  # a malformed call was answered with a correction once already
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    # The profile the session runs on, and the one answering now (its fallback, once that took over).
-    profile: str = DEFAULT_PROFILE
+    # The profile answering now: the session's, or its fallback once that took over.
     answering: str = DEFAULT_PROFILE
     # The answering profile's provider; None means the runner's default.
     provider: Provider | None = None

@@ -10,20 +10,19 @@ from typing import Any
 from bridge.config import DEFAULT_PROFILE, LLMSettings
 from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError
 from bridge.llm.factory import build_provider
-from bridge.llm.textmode import NativeModeProvider, TextModeProvider
+from bridge.llm.textmode import Names, NativeModeProvider, TextModeProvider
 
 log = logging.getLogger(__name__)
 
-# Whether a tool of this name exists (loaded or not): the tool-mode wrappers tell calls from text by it.
-Known = Callable[[str], bool]
 
-
-def with_tool_mode(llm: LLMSettings, provider: Provider, known: Known) -> Provider:
+def with_tool_mode(llm: LLMSettings, provider: Provider, names: Names) -> Provider:
     """The provider as the runner uses it: the strict text protocol in text mode; in native mode, calls a
-    server left in the text are still recognised."""
+    server left in the text are still recognised. The catalogue's tools and groups, loaded or not, tell
+    a written call from text."""
+    known, groups = names.knows, names.is_group
     if llm.tool_mode == "text":
-        return TextModeProvider(provider, known=known, result_role=llm.text_result_role)
-    return NativeModeProvider(provider, known=known)
+        return TextModeProvider(provider, known=known, groups=groups, result_role=llm.text_result_role)
+    return NativeModeProvider(provider, known=known, groups=groups)
 
 
 class _NoKey:
@@ -57,13 +56,13 @@ class Profiles:
     def __init__(
         self,
         llm: LLMSettings,
-        known: Known,
+        names: Names,
         default: Provider | None = None,
         *,
         build: Callable[[LLMSettings], Provider] = build_provider,
     ) -> None:
         self.llm = llm
-        self._known = known
+        self._names = names
         self._build = build
         self._providers: dict[str, Provider] = {}
         if default is not None:
@@ -107,7 +106,7 @@ class Profiles:
         if profile is not None and profile.key_missing and profile.api_key_env:
             return _NoKey(name, profile.api_key_env)
         settings = self.settings(name)
-        return with_tool_mode(settings, self._build(settings), self._known)
+        return with_tool_mode(settings, self._build(settings), self._names)
 
     async def aclose(self) -> None:
         """Close every provider built so far (each holds an HTTP client)."""

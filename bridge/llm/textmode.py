@@ -9,7 +9,7 @@ import re
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, Provider, ToolCall
@@ -50,6 +50,20 @@ _BARE_NAME = re.compile(
 _PAIR = re.compile(r'\s*(\w+)\s*[:=]\s*("(?:[^"\\]|\\.)*"|[\w./:+-]+)\s*(?:,|$)')
 
 ResultRole = Literal["tool", "user"]
+# Whether a name exists (a tool, or a group), loaded or not.
+Known = Callable[[str], bool]
+
+
+class Names(Protocol):
+    """What the tool-mode wrappers ask of the tool catalogue (the ToolRegistry is one)."""
+
+    def knows(self, name: str) -> bool: ...
+
+    def is_group(self, name: str) -> bool: ...
+
+
+def _nothing(_name: str) -> bool:
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +225,7 @@ def without_calls(text: str) -> str:
     return "" if rest.startswith("{") and _as_call(rest) is not None else rest
 
 
-def _bare_name(text: str, allowed: Collection[str]) -> str | None:
+def _bare_name(text: str, allowed: _Allowed) -> str | None:
     """The tool's name when the whole reply is nothing but the name of an allowed tool; else None.
 
     What small models write when they mean to call a tool without arguments. A name inside a
@@ -221,7 +235,8 @@ def _bare_name(text: str, allowed: Collection[str]) -> str | None:
     if match is None:
         return None
     name = match.group(1)
-    return name if name not in RESERVED_NAMES and name in allowed else None
+    # Only a tool: a group's name alone ("files") is as likely an answer as a call.
+    return name if name not in RESERVED_NAMES and allowed.is_tool(name) else None
 
 
 def _written_arguments(text: str) -> str | None:
@@ -412,18 +427,20 @@ class TextModeProvider:
         self,
         inner: Provider,
         *,
-        known: Callable[[str], bool] = lambda _name: False,
+        known: Known = _nothing,
+        groups: Known = _nothing,
         result_role: ResultRole = "tool",
     ) -> None:
         self.inner = inner
         # Tools that exist but are not loaded still count as calls, so the runner can answer
-        # "load its group first" instead of the model's block being shown to the user as text.
-        self._known = known
+        # "load its group first" instead of the model's block being shown to the user as text; so do
+        # groups written as a call, which the runner answers with how to load them.
+        self._known, self._groups = known, groups
         self._result_role = result_role
 
     async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
         completion = await self.inner.complete(to_text_messages(messages, tools, self._result_role), [])
-        allowed = _Allowed(tools, self._known)
+        allowed = _Allowed(tools, self._known, self._groups)
         if completion.tool_calls:
             # A server that parsed calls natively anyway: still at most one, and only a permitted name.
             native = next((c for c in completion.tool_calls if c.name in allowed), None)
@@ -458,16 +475,16 @@ class TextModeProvider:
 class NativeModeProvider:
     """Native tool calls, plus the one call a server left in the text when its parser missed it."""
 
-    def __init__(self, inner: Provider, *, known: Callable[[str], bool] = lambda _name: False) -> None:
+    def __init__(self, inner: Provider, *, known: Known = _nothing, groups: Known = _nothing) -> None:
         self.inner = inner
-        self._known = known
+        self._known, self._groups = known, groups
 
     async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
         completion = await self.inner.complete(messages, tools)
         if completion.tool_calls or not tools:
             # With no tools offered (a run's last request), text is only ever the answer.
             return completion
-        allowed = _Allowed(tools, self._known)
+        allowed = _Allowed(tools, self._known, self._groups)
         parsed = parse_leaked(completion.content, allowed, echoes=_results(messages))
         if parsed.call is not None:
             return _with_text_call(completion, parsed)
@@ -482,16 +499,21 @@ class NativeModeProvider:
 
 
 class _Allowed:
-    """The offered tools plus those a group load would activate, as a membership test."""
+    """The names a written call may name, as a membership test: the offered tools, those a group load
+    would activate, and the groups themselves. `is_tool` leaves the groups out."""
 
-    def __init__(self, tools: list[dict[str, Any]], known: Callable[[str], bool]) -> None:
+    def __init__(self, tools: list[dict[str, Any]], known: Known, groups: Known = _nothing) -> None:
         functions = [schema.get("function", schema) for schema in tools]
         self._required = {function.get("name"): _required(function) for function in functions}
         self.active = set(self._required)
         self.known = known
+        self.groups = groups
 
     def __contains__(self, name: object) -> bool:
-        return name in self.active or (isinstance(name, str) and self.known(name))
+        return isinstance(name, str) and (self.is_tool(name) or self.groups(name))
+
+    def is_tool(self, name: str) -> bool:
+        return name in self.active or self.known(name)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.active)

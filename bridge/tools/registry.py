@@ -63,12 +63,13 @@ class ToolRegistry:
         return self._groups.get(normalize_group_name(name))
 
     def knows(self, name: str) -> bool:
-        """A tool or a group of this name exists, loaded or not: text that calls it is a call.
+        """A tool of this name exists, loaded or not: a written call of it is a call."""
+        return self.get(name) is not None
 
-        Groups count because small models call a group like a tool; the runner's answer to that call
-        says how to load it, where plain text would reach the user as a code block.
-        """
-        return self.get(name) is not None or self.group(name) is not None
+    def is_group(self, name: str) -> bool:
+        """A group of this name exists. Small models call a group like a tool; the runner's answer to
+        that call says how to load it, where plain text would reach the user as a code block."""
+        return self.group(name) is not None
 
     def group_of(self, tool_name: str) -> str | None:
         return self._group_of.get(tool_name)

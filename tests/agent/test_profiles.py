@@ -12,6 +12,7 @@ import pytest
 from bridge.agent.trace import format_trace
 from bridge.llm.base import ChatMessage
 from bridge.llm.profiles import Profiles
+from bridge.tools.registry import ToolRegistry
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, running_bridge
@@ -361,7 +362,7 @@ async def test_profiles_build_each_provider_once_on_first_use_and_close_them_all
         return _Recording(llm.model)
 
     default = _Recording("injected")
-    profiles = Profiles(settings.llm, lambda _name: False, default, build=build)
+    profiles = Profiles(settings.llm, ToolRegistry(), default, build=build)
     assert profiles.names() == ["default", "other"]
     assert profiles.get(None) is default and profiles.get("default") is default and built == []
     first = profiles.get("other")

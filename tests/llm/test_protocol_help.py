@@ -395,3 +395,13 @@ async def test_made_up_results_inside_the_call_block_itself_are_corrected_then_d
 )
 def test_without_calls_takes_out_everything_call_shaped_and_keeps_data(answer: str, left: str) -> None:
     assert without_calls(answer) == left
+
+
+async def test_a_group_written_as_a_call_is_a_call_but_a_group_name_alone_is_an_answer() -> None:
+    provider = TextModeProvider(
+        Scripted(block({"tool_name": "files", "arguments": {}}), "files"), groups=lambda name: name == "files"
+    )
+    call = await provider.complete(QUESTION, TOOLS)
+    assert [c.name for c in call.tool_calls] == ["files"]
+    answer = await provider.complete(QUESTION, TOOLS)
+    assert answer.correction is None and answer.tool_calls == () and answer.content == "files"
