@@ -11,7 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TextIO
 
-from bridge.events import Inbound, InboundHandler, IntakeUnavailable, Outbound, Route
+from bridge.errors import IntakeUnavailable
+from bridge.events import Inbound, InboundHandler, Outbound, Route
 
 CONSOLE_USER = "local"
 CONSOLE_OWNER = f"console:{CONSOLE_USER}"

@@ -17,15 +17,8 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
 from bridge.config import DiscordSettings, Settings
-from bridge.events import (
-    AdapterStartError,
-    ChatType,
-    Inbound,
-    InboundHandler,
-    IntakeUnavailable,
-    Outbound,
-    Route,
-)
+from bridge.errors import AdapterStartError, IntakeUnavailable
+from bridge.events import ChatType, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.text import split_message
 

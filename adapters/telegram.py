@@ -38,7 +38,8 @@ from adapters.telegram_updates import (
     close_quietly,
 )
 from bridge.config import Settings, TelegramSettings
-from bridge.events import AdapterStartError, Inbound, InboundHandler, Outbound, Route
+from bridge.errors import AdapterStartError
+from bridge.events import Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.text import split_message, utf16_len
 

@@ -13,7 +13,7 @@ from aiohttp import web
 from telegram import Bot
 from telegram.error import Conflict, InvalidToken, TelegramError
 
-from bridge.events import IntakeUnavailable
+from bridge.errors import IntakeUnavailable
 from bridge.jsonutil import loads
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,8 @@ from typing import Any
 
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import AgentRunner
-from bridge.config import ConfigError, Settings
+from bridge.config import Settings
+from bridge.errors import ConfigError
 from bridge.events import Inbound, Sender
 from bridge.gateway.a2a import AgentToAgent
 from bridge.gateway.access import AccessPolicy

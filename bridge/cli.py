@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from bridge import __version__
 from bridge.config import (
-    ConfigError,
     Settings,
     known_surfaces,
     load_settings,
@@ -25,9 +24,8 @@ from bridge.config import (
     render_settings,
     resolve_config_path,
 )
-from bridge.events import AdapterStartError
+from bridge.errors import AdapterStartError, ConfigError, StoreError
 from bridge.logs import redactor, setup_logging
-from bridge.store.base import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -255,8 +253,9 @@ async def backup_database(settings: Settings, target: Path) -> int:
 
 async def explain_policy(settings: Settings, key: str, surface: str | None) -> int:
     """`bridge policy explain KEY`: each rule, whether it matches, and what decides."""
+    from bridge.errors import SessionKeyError
     from bridge.gateway.policy import Place, SendPolicy
-    from bridge.sessions.keys import SessionKeyError, parse
+    from bridge.sessions.keys import parse
 
     try:
         parse(key)
@@ -361,7 +360,8 @@ def with_local_model(settings: Settings, base_url: str, mode: str) -> Settings:
 
 def local_model(args: argparse.Namespace) -> int:
     """`bridge local-model start|stop|status`."""
-    from bridge.localmodel import LocalModel, LocalModelError
+    from bridge.errors import LocalModelError
+    from bridge.localmodel import LocalModel
 
     manager = LocalModel()
     if args.local_command == "status":

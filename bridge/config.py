@@ -24,6 +24,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from bridge.errors import ConfigError
+
 DEFAULT_CONFIG_PATH = Path("config.toml")
 _OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
 # [llm.profiles.NAME]: names owners type after /model; "default" is [llm] itself.
@@ -40,10 +42,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are Bridge, a helpful assistant reachable from chat apps. Answer concisely. "
     "Use tools when they help; after a tool result, answer the user instead of calling the same tool again."
 )
-
-
-class ConfigError(Exception):
-    """A configuration problem, worded for the operator: which key, and why."""
 
 
 def mask_url(text: str) -> str:

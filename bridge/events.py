@@ -92,14 +92,6 @@ class Outbound:
     nonce: str | None = None
 
 
-class IntakeUnavailable(Exception):
-    """The core could not store an update now (e.g. the database is locked or full); offer it again later."""
-
-
-class AdapterStartError(Exception):
-    """An adapter could not start (bad token, unreachable API); the message is for the operator."""
-
-
 class Sender(Protocol):
     """What the core needs of an adapter to deliver: send, edit in place, show typing.
 

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from bridge.errors import LocalModelError
+
 Mode = Literal["native", "text"]
 Say = Callable[[str], None]
 
@@ -34,10 +36,6 @@ CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
 )
 HEARTBEAT_S = 20.0
-
-
-class LocalModelError(Exception):
-    """Installing or starting the local model failed; the message says where to look."""
 
 
 @dataclass(frozen=True, slots=True)

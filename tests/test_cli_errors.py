@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.store.base import StoreError
+from bridge.errors import StoreError
 from bridge.store.sqlite import SQLiteStore
 from tests.fakes.loopback import closed_port
 from tests.fakes.openai_server import FakeOpenAI

@@ -10,14 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from bridge.config import (
-    DEFAULT_SYSTEM_PROMPT,
-    REDACTED,
-    ConfigError,
-    Settings,
-    load_settings,
-    render_settings,
-)
+from bridge.config import DEFAULT_SYSTEM_PROMPT, REDACTED, Settings, load_settings, render_settings
+from bridge.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"
 # A key documented but left unset (no TOML null exists): "# key = value" on a line of its own.

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from adapters.console import ConsoleAdapter
-from bridge.events import Inbound, IntakeUnavailable
+from bridge.errors import IntakeUnavailable
+from bridge.events import Inbound
 from bridge.localmodel import process_start
 from tests.fakes import openai_server as fake_replies
 from tests.fakes.openai_server import FakeOpenAI

@@ -15,8 +15,9 @@ from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
 from bridge.agent.prompt import build_system_prompt
 from bridge.agent.trace import RunTrace
 from bridge.config import DEFAULT_PROFILE, Settings
+from bridge.errors import ProviderError
 from bridge.jsonutil import loads
-from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError, ToolCall
+from bridge.llm.base import ChatMessage, Completion, Provider, ToolCall
 from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
 from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store, ToolExchange

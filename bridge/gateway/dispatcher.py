@@ -9,14 +9,15 @@ import logging
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import RETRY_HINT, AgentRunner
 from bridge.config import RunsSettings
-from bridge.events import Inbound, IntakeUnavailable, Outbound, Route
+from bridge.errors import IntakeUnavailable, StoreError
+from bridge.events import Inbound, Outbound, Route
 from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate
 from bridge.sessions.service import SessionService
-from bridge.store.base import OutboxItem, RunRow, SessionRow, StoreError
+from bridge.store.base import OutboxItem, RunRow, SessionRow
 from bridge.text import scrub
 from bridge.tools.base import AGENT_CHANNEL
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bridge.config import RuleMatch, SendPolicySettings, SendRule
+from bridge.errors import SessionKeyError
 from bridge.sessions import keys
 from bridge.store.base import SessionRow, Store
 
@@ -37,7 +38,7 @@ class Place:
         """A place read from the key; `surface` is where `main` is being spoken to (it spans surfaces)."""
         try:
             parsed = keys.parse(key)
-        except keys.SessionKeyError:
+        except SessionKeyError:
             return cls(key, surface, None)
         return cls(key, parsed.surface or surface, _CHAT_TYPE_OF_SCOPE[parsed.scope])
 

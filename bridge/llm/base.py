@@ -47,23 +47,6 @@ class Completion:
     correction: str | None = None
 
 
-class ProviderError(Exception):
-    """A model request that failed for good; `message` is fit to show the user, `detail` is for the trace.
-
-    `message` carries at most a one-line summary of what the server said; `detail` holds its whole
-    answer (or the connection error), with the configured secrets masked, for `bridge trace`.
-    """
-
-    def __init__(
-        self, message: str, *, retryable: bool = False, status: int | None = None, detail: str = ""
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-        self.status = status
-        self.detail = detail
-
-
 class Provider(Protocol):
     """A chat model. `tools` are OpenAI function-tool schemas; empty means no tools offered."""
 

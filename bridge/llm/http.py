@@ -11,8 +11,9 @@ from typing import Any
 import httpx
 
 from bridge.config import REDACTED, LLMSettings, mask_url
+from bridge.errors import ProviderError
 from bridge.jsonutil import loads
-from bridge.llm.base import ChatMessage, Completion, ProviderError
+from bridge.llm.base import ChatMessage, Completion
 from bridge.llm.retry import RetryableError, Sleep, parse_retry_after, with_retries
 from bridge.localmodel import is_local_model_url
 from bridge.logs import redacting, secret_values

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.config import DEFAULT_PROFILE, LLMSettings
-from bridge.llm.base import ChatMessage, Completion, Provider, ProviderError
+from bridge.errors import ProviderError
+from bridge.llm.base import ChatMessage, Completion, Provider
 from bridge.llm.factory import build_provider
 from bridge.llm.textmode import Names, NativeModeProvider, TextModeProvider
 

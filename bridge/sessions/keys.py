@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, cast, get_args
 
+from bridge.errors import SessionKeyError
+
 Scope: TypeAlias = Literal["main", "dm", "group", "channel", "cron", "hook", "node"]
 Kind: TypeAlias = Literal["main", "group", "cron", "hook", "node", "other"]
 
@@ -45,10 +47,6 @@ _FORMS: Final = (
     "expected 'main', '<surface>:dm:<user_id>', '<surface>:group:<chat_id>[:topic:<thread_id>]', "
     "'<surface>:channel:<channel_id>', 'cron:<job_id>', 'hook:<hook_id>' or 'node-<node_id>'"
 )
-
-
-class SessionKeyError(ValueError):
-    """A session key that is malformed, reserved or unbuildable; the message shows the key and the problem."""
 
 
 def _error(shown: str, problem: str) -> SessionKeyError:

@@ -8,10 +8,6 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 
-class StoreError(Exception):
-    """The database cannot be used (corrupt, locked by another version, unwritable)."""
-
-
 @dataclass(frozen=True, slots=True)
 class SessionRow:
     id: str

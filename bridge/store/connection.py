@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from bridge.store.base import StoreError
+from bridge.errors import StoreError
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 T = TypeVar("T")

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bridge.config import ConfigError, Settings
+from bridge.config import Settings
+from bridge.errors import ConfigError, ManifestError, RegistryError
 from bridge.tools.base import ToolGroup
 from bridge.tools.builtin.core import LOAD_TOOL_GROUP, core_tools
 from bridge.tools.builtin.files import files_group
 from bridge.tools.builtin.sessions import sessions_group
 from bridge.tools.builtin.web import web_group
-from bridge.tools.manifest import ManifestError, load_manifest, manifest_files
-from bridge.tools.registry import RegistryError, ToolRegistry
+from bridge.tools.manifest import load_manifest, manifest_files
+from bridge.tools.registry import ToolRegistry
 
 
 def build_registry(settings: Settings, extra_groups: tuple[ToolGroup, ...] = ()) -> ToolRegistry:

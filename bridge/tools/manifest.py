@@ -9,16 +9,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bridge.errors import ManifestError
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolHandler, ToolResult
 
 DESCRIPTION_NAMES_MAX = 8
 # What OpenAI-compatible servers accept as a function name.
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 GROUP_NAME = re.compile(r"^[a-z0-9_-]{1,64}$")
-
-
-class ManifestError(ValueError):
-    """A manifest that cannot be loaded; the message names the file, the entry and why."""
 
 
 def manifest_files(paths: list[Path]) -> list[Path]:

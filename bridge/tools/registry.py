@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from bridge.errors import RegistryError
 from bridge.tools.base import Tool, ToolGroup
 
 LISTING_DESCRIPTION_MAX = 200
-
-
-class RegistryError(ValueError):
-    """Two tools or groups claim the same name."""
 
 
 def normalize_group_name(name: str) -> str:

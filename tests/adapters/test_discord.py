@@ -16,7 +16,8 @@ from discord.http import Route as DiscordRoute
 from adapters.discord import DiscordAdapter
 from bridge.app import Bridge
 from bridge.config import Settings
-from bridge.events import AdapterStartError, IntakeUnavailable, Outbound, Route
+from bridge.errors import AdapterStartError, IntakeUnavailable
+from bridge.events import Outbound, Route
 from bridge.store.base import OutboxItem
 from tests.adapters.conftest import (
     CHANNEL,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bridge.events import AdapterStartError
+from bridge.errors import AdapterStartError
 from tests.adapters.conftest import GROUP, OWNER, RigFactory, telegram_settings
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI

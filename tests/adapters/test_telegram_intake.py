@@ -16,7 +16,8 @@ import pytest
 from adapters.telegram import TelegramAdapter
 from adapters.telegram_updates import BACKOFF_BASE_S, SECRET_HEADER
 from bridge.config import TelegramSettings
-from bridge.events import AdapterStartError, Inbound, IntakeUnavailable, Outbound, Route
+from bridge.errors import AdapterStartError, IntakeUnavailable
+from bridge.events import Inbound, Outbound, Route
 from tests.fakes.loopback import closed_port
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram

@@ -15,9 +15,10 @@ import pytest
 
 from bridge.app import Bridge
 from bridge.config import LLMSettings
+from bridge.errors import ProviderError
 from bridge.events import Inbound
 from bridge.llm.anthropic import AnthropicProvider
-from bridge.llm.base import ChatMessage, ProviderError, ToolCall
+from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.factory import build_provider
 from bridge.llm.openai import OpenAIProvider
 from tests.fakes import anthropic_server as fake

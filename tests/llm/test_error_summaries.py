@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bridge.config import LLMSettings
-from bridge.llm.base import ChatMessage, ProviderError
+from bridge.errors import ProviderError
+from bridge.llm.base import ChatMessage
 from bridge.llm.openai import OpenAIProvider
 from bridge.localmodel import process_start
 from tests.fakes.loopback import closed_port

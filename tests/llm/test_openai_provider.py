@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from bridge.config import LLMSettings
-from bridge.llm.base import ChatMessage, ProviderError, ToolCall
+from bridge.errors import ProviderError
+from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.openai import OpenAIProvider
 from bridge.llm.retry import parse_retry_after
 from tests.fakes.loopback import closed_port

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from bridge.errors import SessionKeyError
 from bridge.sessions import keys
-from bridge.sessions.keys import RESERVED_KEYS, SessionKey, SessionKeyError, build, kind, parse
+from bridge.sessions.keys import RESERVED_KEYS, SessionKey, build, kind, parse
 
 SURFACE_RE = re.compile(r"[a-z][a-z0-9_-]*")
 SCOPE_WORDS = ("main", "dm", "group", "channel", "cron", "hook", "node", "global", "unknown")

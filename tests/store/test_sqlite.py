@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from bridge.errors import StoreError
 from bridge.store import connection as sqlite_module
 from bridge.store import sqlite as store_module
-from bridge.store.base import OutboxItem, SessionMeta, SessionRow, StoreError, ToolExchange
+from bridge.store.base import OutboxItem, SessionMeta, SessionRow, ToolExchange
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.sqlite import SQLiteStore, dumps
 from tests.corruption import damage

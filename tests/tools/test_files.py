@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from bridge.errors import OutsideWorkspaceError
 from bridge.tools.base import ToolContext, ToolResult
 from bridge.tools.builtin.files import (
     MAX_LIST_ENTRIES,
-    OutsideWorkspaceError,
     files_group,
     list_files,
     read_file,

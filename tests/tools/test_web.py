@@ -12,9 +12,9 @@ import httpcore
 import pytest
 from aiohttp import web
 
+from bridge.errors import BlockedAddressError
 from bridge.tools.base import ToolContext, ToolResult
 from bridge.tools.builtin.web import (
-    BlockedAddressError,
     GuardedNetworkBackend,
     html_to_text,
     is_blocked_address,

@@ -9,14 +9,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from bridge.errors import OutsideWorkspaceError
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolHandler, ToolResult, params
 
 # A recursive listing of a big tree would flood the model's context; this is plenty to orient it.
 MAX_LIST_ENTRIES = 500
-
-
-class OutsideWorkspaceError(Exception):
-    """A user-supplied path that resolves outside the workspace root."""
 
 
 class _ArgumentError(Exception):

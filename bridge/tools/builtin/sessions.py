@@ -7,7 +7,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.sessions.keys import MAIN, RESERVED_KEYS, SessionKeyError, kind
+from bridge.errors import SessionKeyError
+from bridge.sessions.keys import MAIN, RESERVED_KEYS, kind
 from bridge.store.base import MessageRow, SessionRow, SessionSummary
 from bridge.tools.base import AGENT_CHANNEL, Tool, ToolContext, ToolGroup, ToolResult, clamp_int, params
 

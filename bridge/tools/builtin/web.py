@@ -15,6 +15,7 @@ from typing import Any
 import httpcore
 import httpx
 
+from bridge.errors import BlockedAddressError
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
 
 USER_AGENT = "Bridge/0.1"
@@ -24,22 +25,6 @@ MAX_REDIRECTS = 5
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (host, port) -> the IP address strings to dial, in preference order.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-
-class BlockedAddressError(Exception):
-    """The host resolved to an address the bot may not reach (private, loopback, ...).
-
-    Deliberately not an httpcore/httpx error: httpx would remap those to ConnectError and the
-    handler could no longer tell "blocked" from "unreachable".
-    """
-
-    def __init__(self, host: str, ip: str) -> None:
-        self.host = host
-        self.ip = ip
-        shown = ip if host == ip else f"{host} ({ip})"
-        super().__init__(
-            f"{shown} is a private or loopback address; set [tools] allow_private_network = true to allow it"
-        )
 
 
 def is_blocked_address(ip: IPAddress) -> bool:

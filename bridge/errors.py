@@ -1,0 +1,153 @@
+"""Bridge's exception tree: every error Bridge raises on purpose is a BridgeError.
+
+    BridgeError                      user_message (for the chat) and remedy (for the log) on every one
+    ├── ConfigError                  the config, a manifest or a name in it is wrong: which key, and why
+    │   ├── ManifestError            a tool manifest that cannot be loaded (bridge.tools.manifest)
+    │   ├── RegistryError            two tools or groups claim one name (bridge.tools.registry)
+    │   └── SessionKeyError          a malformed or reserved session key (bridge.sessions.keys)
+    ├── StoreError                   the database cannot be used: corrupt, locked, unwritable
+    │   └── IntakeUnavailable        an update could not be stored now; the adapter offers it again
+    ├── ProviderError                a model request failed for good (bridge.llm.base)
+    │   └── LocalModelError          installing or starting the local model failed (bridge.localmodel)
+    ├── PlatformError                Telegram, Discord or another platform refused or failed
+    │   ├── AdapterStartError        an adapter could not start: bad token, unreachable API
+    │   └── AdapterLifecycleError    an adapter used out of order: started twice, sent to after stop
+    └── ToolError                    a tool could not do what was asked; the model gets it as a result
+        ├── OutsideWorkspaceError    a file path that leaves the workspace (bridge.tools.builtin.files)
+        └── BlockedAddressError      a fetch aimed at a private or loopback address (…builtin.web)
+
+Catch the narrowest class that fits. Code that reports an error to a person shows `user_message` in
+a chat and `str(error)` plus `remedy` in the log or on the CLI. Exceptions that only steer control
+flow inside one module (a retry classifier's verdict, a parser's "not this shape") stay private to it.
+"""
+
+from __future__ import annotations
+
+
+class BridgeError(Exception):
+    """The root of Bridge's errors.
+
+    `str(error)` says what went wrong, for the operator. `user_message` is what a chat user may be
+    shown (None: nothing specific, say that something went wrong). `remedy` is what the operator
+    can do about it, for the log and the CLI (None: nothing to add).
+    """
+
+    user_message: str | None = None
+    remedy: str | None = None
+
+    def __init__(
+        self, message: str = "", *, user_message: str | None = None, remedy: str | None = None
+    ) -> None:
+        super().__init__(message)
+        if user_message is not None:
+            self.user_message = user_message
+        if remedy is not None:
+            self.remedy = remedy
+
+    def for_log(self) -> str:
+        """The message with its remedy, for a log line or the CLI."""
+        text = str(self) or type(self).__name__
+        return f"{text} ({self.remedy})" if self.remedy else text
+
+
+class ConfigError(BridgeError):
+    """A configuration problem, worded for the operator: which key, and why."""
+
+    remedy: str | None = "fix the config file and run `bridge check-config`"
+
+
+class ManifestError(ConfigError, ValueError):
+    """A manifest that cannot be loaded; the message names the file, the entry and why."""
+
+
+class RegistryError(ConfigError, ValueError):
+    """Two tools or groups claim the same name."""
+
+
+class SessionKeyError(ConfigError, ValueError):
+    """A session key that is malformed, reserved or unbuildable; the message shows the key and the problem."""
+
+    # Keys come from the CLI and from tool calls as well as from the config.
+    remedy: str | None = None
+
+
+class StoreError(BridgeError):
+    """The database cannot be used (corrupt, locked by another version, unwritable)."""
+
+    remedy: str | None = "check the free disk space and the permissions of [storage] path"
+
+
+class IntakeUnavailable(StoreError):
+    """The core could not store an update now (e.g. the database is locked or full); offer it again later."""
+
+
+class ProviderError(BridgeError):
+    """A model request that failed for good; `message` is fit to show the user, `detail` is for the trace.
+
+    `message` carries at most a one-line summary of what the server said; `detail` holds its whole
+    answer (or the connection error), with the configured secrets masked, for `bridge trace`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        status: int | None = None,
+        detail: str = "",
+        remedy: str | None = None,
+    ) -> None:
+        super().__init__(message, user_message=message, remedy=remedy)
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+        self.detail = detail
+
+
+class LocalModelError(ProviderError):
+    """Installing or starting the local model failed; the message says where to look."""
+
+    def __init__(self, message: str, *, remedy: str | None = None) -> None:
+        super().__init__(message, remedy=remedy)
+
+
+class PlatformError(BridgeError):
+    """A chat platform (Telegram, Discord, a third-party adapter) refused or failed a request."""
+
+
+class AdapterStartError(PlatformError):
+    """An adapter could not start (bad token, unreachable API); the message is for the operator."""
+
+    remedy: str | None = "check the adapter's token and that its API is reachable, then start again"
+
+
+class AdapterLifecycleError(PlatformError):
+    """An adapter was used out of order: started twice, started after stop, or sent to after stop."""
+
+    remedy: str | None = "this is a bug in the caller; see the lifecycle in adapters/base.py"
+
+
+class ToolError(BridgeError):
+    """A tool could not do what was asked; it reaches the model as an error result, never the loop."""
+
+
+class OutsideWorkspaceError(ToolError):
+    """A user-supplied path that resolves outside the workspace root."""
+
+
+class BlockedAddressError(ToolError):
+    """The host resolved to an address the bot may not reach (private, loopback, ...).
+
+    Deliberately not an httpcore/httpx error: httpx would remap those to ConnectError and the
+    handler could no longer tell "blocked" from "unreachable".
+    """
+
+    remedy: str | None = "set [tools] allow_private_network = true to allow private and loopback addresses"
+
+    def __init__(self, host: str, ip: str) -> None:
+        self.host = host
+        self.ip = ip
+        shown = ip if host == ip else f"{host} ({ip})"
+        super().__init__(
+            f"{shown} is a private or loopback address; set [tools] allow_private_network = true to allow it"
+        )
