@@ -18,7 +18,7 @@ from bridge.gateway.a2a import AgentToAgent
 from bridge.gateway.access import AccessPolicy
 from bridge.gateway.commands import Commands
 from bridge.gateway.delivery import Delivery
-from bridge.gateway.dispatcher import Dispatcher
+from bridge.gateway.dispatcher import Dispatcher, DispatchServices
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.llm.base import Provider
@@ -76,15 +76,17 @@ class Bridge:
         self.compactor = Compactor(settings, self.store, self._provider_for, redactor(settings))
         self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry, self.gate)
         self.dispatcher = Dispatcher(
-            self.sessions,
-            self.runner,
-            self.delivery,
-            self.lanes,
-            self.commands,
-            self.access,
-            self.gate,
+            DispatchServices(
+                sessions=self.sessions,
+                runner=self.runner,
+                delivery=self.delivery,
+                lanes=self.lanes,
+                commands=self.commands,
+                access=self.access,
+                gate=self.gate,
+                compactor=self.compactor,
+            ),
             settings.runs,
-            self.compactor,
         )
 
     def _provider_for(self, session: SessionRow) -> Provider:

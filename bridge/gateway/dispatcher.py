@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 
 from bridge.agent.compaction import Compactor
@@ -40,6 +41,20 @@ def interrupted_text(asked: str | None) -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class DispatchServices:
+    """The services the dispatcher hands an Inbound's work to, built once by the composition root."""
+
+    sessions: SessionService
+    runner: AgentRunner
+    delivery: Delivery
+    lanes: Lanes
+    commands: Commands
+    access: AccessPolicy
+    gate: PolicyGate
+    compactor: Compactor
+
+
 class Dispatcher:
     """Receives every Inbound from every adapter.
 
@@ -49,29 +64,18 @@ class Dispatcher:
     (a turn-by-turn surface such as the console waits on it; chat platforms do not).
     """
 
-    def __init__(
-        self,
-        sessions: SessionService,
-        runner: AgentRunner,
-        delivery: Delivery,
-        lanes: Lanes,
-        commands: Commands,
-        access: AccessPolicy,
-        gate: PolicyGate,
-        runs: RunsSettings,
-        compactor: Compactor,
-    ) -> None:
+    def __init__(self, services: DispatchServices, runs: RunsSettings) -> None:
         self.runs = runs
-        self.compactor = compactor
         # Set at shutdown: answers in progress finish; new messages are stored for the next start.
         self.closing = False
-        self.access = access
-        self.gate = gate
-        self.sessions = sessions
-        self.runner = runner
-        self.delivery = delivery
-        self.lanes = lanes
-        self.commands = commands
+        self.sessions = services.sessions
+        self.runner = services.runner
+        self.delivery = services.delivery
+        self.lanes = services.lanes
+        self.commands = services.commands
+        self.access = services.access
+        self.gate = services.gate
+        self.compactor = services.compactor
 
     async def handle(self, inbound: Inbound) -> Done | None:
         """Take one message; IntakeUnavailable when it could not be stored (offer it again later)."""
@@ -205,7 +209,8 @@ class Dispatcher:
             route = dataclasses.replace(route, reply_to=reply_to)
             key = session.key
             log.info("answering a message in %s that came in before the restart", key)
-            self.lanes.schedule(key, lambda key=key, route=route: self._run(key, route, route.surface))
+            # partial binds this iteration's key and route (a plain lambda would see the last ones).
+            self.lanes.schedule(key, functools.partial(self._run, key, route, route.surface))
             resumed += 1
         return resumed
 
@@ -216,7 +221,12 @@ class Dispatcher:
         """Queue an item for its chat's courier; the future resolves once it has been sent."""
         sent = await self.delivery.enqueue(item)
         done: Done = asyncio.get_running_loop().create_future()
-        sent.add_done_callback(lambda _: done.done() or done.set_result(None))
+
+        def settle(_: asyncio.Future[str | None]) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        sent.add_done_callback(settle)
         return done
 
     async def _run(

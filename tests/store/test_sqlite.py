@@ -12,7 +12,7 @@ import pytest
 
 from bridge.errors import StoreError
 from bridge.store import connection as sqlite_module
-from bridge.store import sqlite as store_module
+from bridge.store import messages as messages_module
 from bridge.store.base import OutboxItem, SessionMeta, SessionRow, ToolExchange
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.sqlite import SQLiteStore, dumps
@@ -102,7 +102,7 @@ async def test_a_new_migration_runs_once_on_an_existing_database(
     await first.close()
 
     added = "CREATE TABLE extra (id INTEGER PRIMARY KEY);"
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, added))
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*MIGRATIONS, added))
     monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     for _ in range(2):  # the second open finds version + 1 and must not create the table again
         store = SQLiteStore(db_path)
@@ -264,7 +264,7 @@ async def test_tool_exchange_writes_call_and_result_together(store: SQLiteStore,
 async def test_failed_result_insert_leaves_neither_row_and_store_stays_usable(
     store: SQLiteStore, session: SessionRow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = store_module._insert_message
+    original = messages_module.insert_message
     calls = 0
 
     def fail_second(*args: Any, **kwargs: Any) -> int:
@@ -274,7 +274,7 @@ async def test_failed_result_insert_leaves_neither_row_and_store_stays_usable(
             raise sqlite3.OperationalError("disk I/O error")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "_insert_message", fail_second)
+    monkeypatch.setattr(messages_module, "insert_message", fail_second)
     with pytest.raises(StoreError, match="disk I/O error"):
         await store.add_tool_exchange(session.id, "r1", exchange("c1", {"group_name": "web"}))
     assert calls == 2
@@ -400,7 +400,8 @@ async def test_loaded_groups_is_one_query_on_the_group_loads_index(
     try:
         assert await store.loaded_groups(session.id) == {"web"}
     finally:
-        await store.db.set_trace_callback(None)
+        # aiosqlite annotates the callback as required; sqlite3 itself takes None to remove it.
+        await store.db.set_trace_callback(None)  # type: ignore[arg-type]
 
     assert len(statements) == 1
     async with store.db.execute("EXPLAIN QUERY PLAN " + statements[0]) as cur:

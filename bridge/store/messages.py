@@ -1,0 +1,187 @@
+"""Messages and memories: what a session's history holds, and what the agent was asked to remember."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+from bridge.store.base import MessageRow, ToolExchange
+from bridge.store.connection import T, Work
+from bridge.store.sessions import SessionTable
+from bridge.text import scrub
+
+_MESSAGE_COLS = (
+    "id, session_id, kind, content, created_at, run_id, step, tool_name, tool_call_id, tool_input, "
+    "tool_status, sender, via_session"
+)
+
+
+class MessageTable(SessionTable):
+    """Messages (user, assistant, tool call and result) and memories; adding a message also moves its
+    session's updated_at, in the cache as in the table."""
+
+    async def add_user_message(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        sender: str | None = None,
+        platform_msg_id: str | None = None,
+        via_session: str | None = None,
+    ) -> int | None:
+        """Store a user message; None when the platform message id was stored before (a redelivery)."""
+        try:
+            return await self._add(
+                session_id,
+                lambda conn: insert_message(
+                    conn,
+                    session_id,
+                    "user",
+                    content,
+                    sender=sender,
+                    platform_msg_id=platform_msg_id,
+                    via_session=via_session,
+                ),
+            )
+        except sqlite3.IntegrityError as exc:
+            if platform_msg_id is not None and "platform_msg_id" in str(exc):
+                return None
+            raise
+
+    async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int:
+        return await self._add(
+            session_id, lambda conn: insert_message(conn, session_id, "assistant", content, run_id=run_id)
+        )
+
+    async def add_tool_exchange(self, session_id: str, run_id: str, exchange: ToolExchange) -> None:
+        common = {"run_id": run_id, "step": exchange.step, "tool_name": exchange.tool_name}
+
+        def both(conn: sqlite3.Connection) -> None:
+            insert_message(
+                conn,
+                session_id,
+                "tool_call",
+                exchange.preamble,
+                tool_call_id=exchange.call_id,
+                tool_input=exchange.tool_input,
+                tool_status=exchange.status,
+                **common,
+            )
+            insert_message(
+                conn,
+                session_id,
+                "tool_result",
+                exchange.result,
+                tool_call_id=exchange.call_id,
+                tool_status=exchange.status,
+                **common,
+            )
+
+        # Call and result in one transaction: history never holds one without the other.
+        await self._add(session_id, both)
+
+    async def _add(self, session_id: str, work: Work[T]) -> T:
+        """A write that adds messages to a session, which also moves its updated_at."""
+        result = await self._write(work)
+        self._active.update(session_id, updated_at=time.time())
+        return result
+
+    async def history(self, session_id: str, limit: int, *, chat_only: bool = False) -> list[MessageRow]:
+        return await self._read(lambda conn: select_history(conn, session_id, limit, chat_only))
+
+    async def count_messages(self, session_id: str) -> int:
+        return int(await self._scalar("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)))
+
+    async def search_messages(self, session_id: str, query: str, limit: int) -> list[MessageRow]:
+        pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = await self._rows(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE session_id = ? AND kind IN ('user', 'assistant') "
+            "AND content LIKE ? ESCAPE '\\' ORDER BY id DESC LIMIT ?",
+            (session_id, pattern, limit),
+        )
+        return [MessageRow(*row) for row in rows]
+
+    async def loaded_groups(self, session_id: str) -> set[str]:
+        """Groups loaded anywhere in the session's history: one query on a partial index."""
+        return await self._read(lambda conn: select_loaded_groups(conn, session_id))
+
+    # ---------------------------------------------------------------- memories
+
+    async def add_memory(self, scope: str, content: str) -> int:
+        cursor = await self._write(
+            lambda conn: conn.execute(
+                "INSERT INTO memories (scope, content, created_at) VALUES (?, ?, ?)",
+                (scope, content, time.time()),
+            )
+        )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    async def memories(self, scope: str, limit: int) -> list[str]:
+        return await self._read(lambda conn: select_memories(conn, scope, limit))
+
+
+def insert_message(conn: sqlite3.Connection, session_id: str, kind: str, content: str, **fields: Any) -> int:
+    # The one way text enters history: a lone surrogate would make SQLite refuse the whole write.
+    content = scrub(content)
+    fields = {name: scrub(value) if isinstance(value, str) else value for name, value in fields.items()}
+    now = time.time()
+    columns = ["session_id", "kind", "content", "created_at", *fields]
+    cursor = conn.execute(
+        f"INSERT INTO messages ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        (session_id, kind, content, now, *fields.values()),
+    )
+    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def select_history(
+    conn: sqlite3.Connection, session_id: str, limit: int, chat_only: bool, *, after: int = 0
+) -> list[MessageRow]:
+    """The newest `limit` rows; with `after`, only rows of turns after user message `after` (a
+    summary covers the rest). A run's rows belong to the turn of the message it answered (its
+    input_upto); they are always written after it, so `m.id > after` bounds the scan on the index."""
+    columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
+    only_chat = " AND m.kind IN ('user', 'assistant')" if chat_only else ""
+    later = (
+        " AND m.id > :after AND (CASE WHEN m.kind != 'user' AND r.input_upto IS NOT NULL "
+        "THEN r.input_upto ELSE m.id END) > :after"
+        if after
+        else ""
+    )
+    rows = conn.execute(
+        f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
+        f"WHERE m.session_id = :session{only_chat}{later} ORDER BY m.id DESC LIMIT :limit",
+        {"session": session_id, "limit": limit, "after": after},
+    ).fetchall()
+    return [MessageRow(*row) for row in reversed(rows)]
+
+
+def select_loaded_groups(conn: sqlite3.Connection, session_id: str) -> set[str]:
+    rows = conn.execute(
+        # CASE evaluates lazily, so json_type never sees malformed JSON; objects and arrays
+        # would come back from json_extract as JSON text, so only 'text' values count.
+        "SELECT DISTINCT CASE WHEN json_valid(tool_input) THEN CASE WHEN "
+        "json_type(tool_input, '$.group_name') = 'text' "
+        "THEN json_extract(tool_input, '$.group_name') END END FROM messages "
+        "WHERE session_id = ? AND kind = 'tool_call' AND tool_name = 'load_tool_group' "
+        "AND tool_status = 'success'",
+        (session_id,),
+    ).fetchall()
+    # Malformed inputs and non-string group names come back as NULL and are skipped.
+    return {row[0] for row in rows if isinstance(row[0], str) and row[0]}
+
+
+def select_memories(conn: sqlite3.Connection, scope: str, limit: int) -> list[str]:
+    rows = conn.execute(
+        "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?", (scope, limit)
+    ).fetchall()
+    return [row[0] for row in reversed(rows)]
+
+
+def dumps(value: Any) -> str:
+    """JSON as stored in tool_input: compact and stable."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,290 @@
+"""Runs and summaries: a turn's record, what it starts from, its compaction, and what a crash cut short."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Collection
+
+from bridge.store.base import (
+    CompactionInput,
+    InterruptedNotices,
+    NewSummary,
+    OutboxItem,
+    RunContext,
+    RunRow,
+    SessionRow,
+    SummaryRow,
+    Unanswered,
+)
+from bridge.store.messages import (
+    MessageTable,
+    insert_message,
+    select_history,
+    select_loaded_groups,
+    select_memories,
+)
+from bridge.store.outbox import insert_outbox
+from bridge.store.sessions import SESSION_COLS, new_id
+from bridge.text import scrub
+
+_RUN_COLS = (
+    "id, session_id, status, started_at, channel, input_hash, ended_at, iterations, prompt_tokens, "
+    "completion_tokens, error, input_upto, kind"
+)
+_SUMMARY_COLS = "id, session_id, run_id, upto, content, turns, replaced_chars, created_at"
+
+
+class RunTable(MessageTable):
+    """Runs (a turn's, or a compaction's) and the summaries compaction writes."""
+
+    async def run_context(
+        self, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
+    ) -> RunContext:
+        """Everything a run starts from in one trip to the database thread."""
+
+        def read(conn: sqlite3.Connection) -> RunContext:
+            summary = _latest_summary(conn, session_id)
+            return RunContext(
+                select_history(conn, session_id, history_limit, False, after=summary.upto if summary else 0),
+                select_loaded_groups(conn, session_id),
+                select_memories(conn, memory_scope, memory_limit) if memory_limit else [],
+                _answered_upto(conn, session_id),
+                summary,
+            )
+
+        return await self._read(read, snapshot=True)
+
+    # ---------------------------------------------------------------- compaction
+
+    async def compaction_input(self, session_id: str, max_rows: int) -> CompactionInput:
+        def read(conn: sqlite3.Connection) -> CompactionInput:
+            summary = _latest_summary(conn, session_id)
+            rows = select_history(conn, session_id, max_rows, False, after=summary.upto if summary else 0)
+            finished = conn.execute(
+                "SELECT MAX(input_upto) FROM runs WHERE session_id = ? AND status != 'running'",
+                (session_id,),
+            ).fetchone()[0]
+            return CompactionInput(summary, rows, int(finished or 0))
+
+        return await self._read(read, snapshot=True)
+
+    async def record_compaction(
+        self,
+        run_id: str,
+        session_id: str,
+        *,
+        started_at: float,
+        status: str,
+        error: str | None,
+        trace: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        summary: NewSummary | None,
+    ) -> SummaryRow | None:
+        def write(conn: sqlite3.Connection) -> SummaryRow | None:
+            # Written only when done: a compaction a crash cuts short leaves nothing to abort or announce.
+            conn.execute(
+                "INSERT INTO runs (id, session_id, status, kind, started_at, ended_at, iterations, "
+                "prompt_tokens, completion_tokens, error, trace) "
+                "VALUES (?, ?, ?, 'compaction', ?, ?, 1, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    session_id,
+                    status,
+                    started_at,
+                    time.time(),
+                    prompt_tokens,
+                    completion_tokens,
+                    *_scrubbed(error, trace),
+                ),
+            )
+            if summary is None:
+                return None
+            latest = _latest_summary(conn, session_id)
+            if latest is not None and latest.upto >= summary.upto:
+                return None
+            cursor = conn.execute(
+                "INSERT INTO summaries (session_id, run_id, upto, content, turns, replaced_chars, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    run_id,
+                    summary.upto,
+                    scrub(summary.content),
+                    summary.turns,
+                    summary.replaced_chars,
+                    time.time(),
+                ),
+            )
+            return _latest_summary(conn, session_id) if cursor.lastrowid else None
+
+        return await self._write(write)
+
+    async def summaries(self, session_id: str) -> list[SummaryRow]:
+        rows = await self._rows(
+            f"SELECT {_SUMMARY_COLS} FROM summaries WHERE session_id = ? ORDER BY id", (session_id,)
+        )
+        return [SummaryRow(*row) for row in rows]
+
+    # ---------------------------------------------------------------- runs
+
+    async def start_run(
+        self,
+        run_id: str,
+        session_id: str,
+        channel: str | None,
+        input_hash: str,
+        input_upto: int | None = None,
+    ) -> None:
+        await self._write(
+            lambda conn: conn.execute(
+                "INSERT INTO runs (id, session_id, status, channel, input_hash, input_upto, started_at) "
+                "VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, session_id, channel, input_hash, input_upto, time.time()),
+            )
+        )
+
+    async def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        iterations: int = 0,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        error: str | None = None,
+        trace: str | None = None,
+        reply: tuple[str, str] | None = None,
+        outbox: Collection[OutboxItem] = (),
+    ) -> list[int]:
+        def finish(conn: sqlite3.Connection) -> list[int]:
+            if reply is not None:
+                # The answer, the run's status and the reply's delivery rows together: a crash leaves
+                # all of them or none, never an answer that nobody will send.
+                insert_message(conn, reply[0], "assistant", reply[1], run_id=run_id)
+            conn.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, iterations = ?, prompt_tokens = ?, "
+                "completion_tokens = ?, error = ?, trace = ? WHERE id = ?",
+                (
+                    status,
+                    time.time(),
+                    iterations,
+                    prompt_tokens,
+                    completion_tokens,
+                    *_scrubbed(error, trace),
+                    run_id,
+                ),
+            )
+            return insert_outbox(conn, outbox)
+
+        if reply is None:
+            return await self._write(finish)
+        return await self._add(reply[0], finish)
+
+    async def get_trace(self, run_id: str) -> str | None:
+        trace = await self._scalar("SELECT trace FROM runs WHERE id = ?", (run_id,))
+        return trace if isinstance(trace, str) else None
+
+    async def prune_traces(self, keep: int) -> int:
+        """Drop the traces of all but the newest `keep` runs; the run rows stay."""
+        cursor = await self._write(
+            lambda conn: conn.execute(
+                "UPDATE runs SET trace = NULL WHERE trace IS NOT NULL AND id NOT IN "
+                "(SELECT id FROM runs WHERE trace IS NOT NULL ORDER BY started_at DESC LIMIT ?)",
+                (keep,),
+            )
+        )
+        return cursor.rowcount
+
+    async def list_runs(self, *, session_key: str | None, limit: int) -> list[tuple[RunRow, str]]:
+        """Newest runs first, each with its session's key."""
+        where, params = ("WHERE s.key = ?", [session_key]) if session_key else ("", [])
+        columns = ", ".join("r." + c.strip() for c in _RUN_COLS.split(","))
+        rows = await self._rows(
+            f"SELECT {columns}, s.key FROM runs r JOIN sessions s ON s.id = r.session_id {where} "
+            "ORDER BY r.started_at DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [(RunRow(*row[:-1]), row[-1]) for row in rows]
+
+    async def abort_interrupted_runs(self, notices: InterruptedNotices | None = None) -> list[RunRow]:
+        """Runs a crash left 'running' become 'aborted', and the notices `notices` builds for them are
+        queued in the same transaction; the runs are returned."""
+
+        def abort(conn: sqlite3.Connection) -> list[RunRow]:
+            runs = [
+                RunRow(*row)
+                for row in conn.execute(
+                    f"SELECT {_RUN_COLS} FROM runs WHERE status = 'running' ORDER BY started_at"
+                )
+            ]
+            if not runs:
+                return runs
+            conn.execute(
+                "UPDATE runs SET status = 'aborted', ended_at = ?, "
+                "error = 'interrupted: Bridge stopped during this run' WHERE status = 'running'",
+                (time.time(),),
+            )
+            if notices is None:
+                return runs
+            for run in runs:
+                found = conn.execute(
+                    f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (run.session_id,)
+                ).fetchone()
+                asked = conn.execute(
+                    "SELECT content FROM messages WHERE id = ? AND session_id = ?",
+                    (run.input_upto, run.session_id),
+                ).fetchone()
+                insert_outbox(conn, notices(run, SessionRow(*found) if found else None, asked and asked[0]))
+            return runs
+
+        return await self._write(abort)
+
+    async def unanswered(self) -> list[Unanswered]:
+        rows = await self._rows(
+            f"SELECT {', '.join('s.' + c.strip() for c in SESSION_COLS.split(','))}, m.id, "
+            "m.platform_msg_id FROM sessions s JOIN messages m ON m.id = (SELECT MAX(id) FROM messages "
+            "WHERE session_id = s.id AND kind = 'user' AND via_session IS NULL) "
+            "WHERE s.ended_at IS NULL AND m.id > COALESCE((SELECT MAX(input_upto) FROM runs "
+            "WHERE session_id = s.id), 0) ORDER BY m.id"
+        )
+        return [Unanswered(SessionRow(*row[:-2]), row[-2], row[-1]) for row in rows]
+
+    async def skip_unanswered(self, session_id: str, reason: str) -> bool:
+        def skip(conn: sqlite3.Connection) -> bool:
+            newest = conn.execute(
+                "SELECT MAX(id) FROM messages WHERE session_id = ? AND kind = 'user'", (session_id,)
+            ).fetchone()[0]
+            if newest is None or newest <= _answered_upto(conn, session_id):
+                return False
+            now = time.time()
+            conn.execute(
+                "INSERT INTO runs (id, session_id, status, input_upto, started_at, ended_at, error) "
+                "VALUES (?, ?, 'cancelled', ?, ?, ?, ?)",
+                (new_id(), session_id, newest, now, now, reason),
+            )
+            return True
+
+        return await self._write(skip)
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,))
+        return RunRow(*rows[0]) if rows else None
+
+
+def _scrubbed(*texts: str | None) -> list[str | None]:
+    return [None if text is None else scrub(text) for text in texts]
+
+
+def _answered_upto(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute("SELECT MAX(input_upto) FROM runs WHERE session_id = ?", (session_id,)).fetchone()
+    return int(row[0] or 0)
+
+
+def _latest_summary(conn: sqlite3.Connection, session_id: str) -> SummaryRow | None:
+    row = conn.execute(
+        f"SELECT {_SUMMARY_COLS} FROM summaries WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    return SummaryRow(*row) if row else None
