@@ -116,7 +116,7 @@ class Streak:
         """Count a failure and return how long to wait before the next try."""
         self.failures += 1
         # Jitter in [0.75, 1]: the waits still double, and many bots don't come back in step.
-        wait = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(self.failures - 1, 16))
+        wait = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(self.failures - 1, 16))
         wait *= random.uniform(0.75, 1.0)
         if self.failures == 1 or self.failures % LOG_EVERY == 0:
             times = "" if self.failures == 1 else f" ({self.failures} times in a row)"

@@ -68,10 +68,10 @@ async def scenario_run(restore: bool) -> dict[str, Any]:
                     assert done is not None
                     await done
     errors = [e for e in provider.model.seen_errors if e.startswith(NOT_LOADED)]
-    turns = sum(len(t) for t in SCENARIOS.values())
+    total_turns = sum(len(t) for t in SCENARIOS.values())
     return {
         "restoration": "on" if restore else "off",
-        "turns": turns,
+        "turns": total_turns,
         "model_calls": provider.calls,
         "not_available_errors": len(errors),
     }

@@ -124,10 +124,11 @@ async def running_bridge(
     /,
     *,
     extra_groups: tuple[ToolGroup, ...] = (),
+    owners: list[str] | None = None,
     **sections: dict[str, Any],
 ) -> AsyncIterator[Harness]:
     """A started Bridge on the fake model; keyword sections (llm=, runs=...) merge into the settings."""
-    settings = make_settings(tmp_path, model.base_url, **sections)
+    settings = make_settings(tmp_path, model.base_url, owners=owners, **sections)
     bridge = Bridge(settings, extra_groups=extra_groups)
     sender = RecordingSender()
     bridge.add_sender(sender)

@@ -7,7 +7,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -80,8 +80,9 @@ PLAYS: dict[str, list[Step]] = {
 class Player:
     """The fake model's script: the step of the newest user message that its tool results have reached."""
 
-    def __init__(self, **changed: list[Step]) -> None:
-        self.plays = {**PLAYS, **changed}
+    def __init__(self, changed: Mapping[str, Sequence[Step]] | None = None) -> None:
+        # Keyed by the user message's text, as PLAYS is.
+        self.plays: dict[str, Sequence[Step]] = {**PLAYS, **(changed or {})}
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         messages = body["messages"]
@@ -139,7 +140,7 @@ async def test_a_file_written_in_one_turn_is_read_in_the_next(model: FakeOpenAI)
 
 
 async def test_an_answer_missing_a_fact_is_scored_as_missing() -> None:
-    async with FakeOpenAI(Player(**{turn("time", 1): [text("I cannot tell.")]})) as fake:
+    async with FakeOpenAI(Player({turn("time", 1): [text("I cannot tell.")]})) as fake:
         result = await run_scenario("time", SCENARIOS["time"], config(fake))
     assert (result["facts_found"], result["facts_expected"]) == (2, 3)
     assert [fact["found"] for t in result["turns"] for fact in t["facts"]] == [True, True, False]
@@ -147,9 +148,7 @@ async def test_an_answer_missing_a_fact_is_scored_as_missing() -> None:
 
 async def test_a_reply_that_writes_out_a_call_scores_no_fact_even_when_it_holds_one() -> None:
     london = tool_call("get_current_time", {"timezone": "Europe/London"})
-    async with FakeOpenAI(
-        Player(**{turn("time", 1): [london, quoting("get_current_time() says {}")]})
-    ) as fake:
+    async with FakeOpenAI(Player({turn("time", 1): [london, quoting("get_current_time() says {}")]})) as fake:
         result = await run_scenario("time", SCENARIOS["time"], config(fake))
     assert result["turns"][1]["call_shaped"] and result["call_replies"] == 1
     assert (result["facts_found"], result["facts_expected"]) == (2, 3)

@@ -23,6 +23,7 @@ from bridge.logs import redactor
 from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store, ToolExchange
 from bridge.store.sqlite import dumps, new_id
 from bridge.text import scrub
+from bridge.tools.arguments import validate_arguments
 from bridge.tools.base import SessionMessenger, Tool, ToolContext, ToolResult
 from bridge.tools.registry import ToolRegistry
 
@@ -427,12 +428,16 @@ class AgentRunner:
         tool = active.get(call.name)
         if tool is None:
             return self._unavailable(call.name, active)
+        # One check for every tool, so the model always reads the same kind of answer to a bad call.
+        checked = validate_arguments(tool, args)
+        if isinstance(checked, ToolResult):
+            return checked
         timeout = self.settings.tools.timeouts.get(
             tool.name, tool.timeout_s or self.settings.tools.default_timeout_s
         )
         try:
             async with asyncio.timeout(timeout):
-                return await tool.run(args, ctx)
+                return await tool.run(checked, ctx)
         except TimeoutError:
             return ToolResult.error("timeout", f"{tool.name} did not finish within {timeout:g} s.")
         except Exception as exc:  # a tool bug must not break the run or the session

@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
-Job = Callable[[], Awaitable[None]]
+# A coroutine, not any awaitable: the lane runs it as a task so that /stop can cancel it.
+Job = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass(slots=True)

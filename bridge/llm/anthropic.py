@@ -161,7 +161,9 @@ def parse_message(data: Any) -> Completion:
             texts.append(str(block.get("text", "")))
         elif block.get("type") == "tool_use":
             calls.append(_parse_tool_use(block))
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
     # Cached prompt tokens are counted apart from input_tokens; all of them were read as the prompt.
     prompt_tokens = sum(
         as_int(usage.get(key))

@@ -262,10 +262,9 @@ def error_detail(response: httpx.Response) -> str:
             return str(error["message"])
         if isinstance(error, str):
             return error
-        if isinstance(data.get("message"), str):
-            return data["message"]
-        if isinstance(data.get("detail"), str):
-            return data["detail"]
+        for key in ("message", "detail"):
+            if isinstance(value := data.get(key), str):
+                return value
     return ""
 
 

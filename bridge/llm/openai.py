@@ -86,7 +86,9 @@ def parse_completion(data: Any) -> Completion:
         raise AttemptFailed("malformed", "no message", detail="choice without a message")
 
     tool_calls = tuple(_parse_tool_call(raw) for raw in message.get("tool_calls") or ())
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
     return Completion(
         content=_content_text(message.get("content")),
         tool_calls=tool_calls,
@@ -101,7 +103,7 @@ def parse_completion(data: Any) -> Completion:
 def _parse_tool_call(raw: Any) -> ToolCall:
     function = raw.get("function") if isinstance(raw, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
-    if not isinstance(name, str) or not name:
+    if not isinstance(function, dict) or not isinstance(name, str) or not name:
         raise AttemptFailed("malformed", "bad tool call", detail="a tool call without a function name")
     arguments = function.get("arguments")
     if arguments is None:

@@ -76,7 +76,7 @@ def backoff_wait(*, base: float, cap: float, retry_after_cap: float) -> Callable
         # do not retry in lockstep. Written out rather than tenacity's wait_exponential_jitter,
         # whose parameter names changed within 9.x.
         exponent = min(state.attempt_number - 1, 64)
-        return min(cap, base * 2**exponent + random.uniform(0, base))
+        return min(cap, base * 2.0**exponent + random.uniform(0, base))
 
     return wait
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -341,10 +341,10 @@ async def test_a_chunk_in_flight_at_a_crash_is_sent_again_with_its_stored_nonce_
     async with rig(fake_llm) as r:
         # Discord took part 0 just before the crash, so its row still says `sending`; part 1 never went.
         first_id = await r.adapter.send(Outbound(route, "reply", "part 0", nonce="nonce-part-0"))
-        common = {"kind": "reply", "surface": "discord", "chat_id": str(CHANNEL), "parts": 2}
+        common = OutboxItem("reply", "discord", str(CHANNEL), "", "pending", parts=2)
         await r.bridge.store.add_outbox(
-            OutboxItem(text="part 0", state="sending", part=0, nonce="nonce-part-0", **common),
-            OutboxItem(text="part 1", state="pending", part=1, nonce="nonce-part-1", **common),
+            replace(common, text="part 0", state="sending", part=0, nonce="nonce-part-0"),
+            replace(common, text="part 1", part=1, nonce="nonce-part-1"),
         )
     # Even where a Telegram send in doubt would be dropped, Discord's nonce makes the resend safe.
     async with rig(fake_llm) as r:

@@ -147,7 +147,7 @@ async def test_bridge_run_skips_a_poison_update_exits_0_on_sigterm_and_is_not_st
         tg.dm(FRIEND, "after the poll")
         process = await start_bridge(tmp_path, "run", "--config", str(config))
         try:
-            await tg.wait_for(lambda: tg.messages_in(OWNER) and tg.messages_in(FRIEND), timeout=30)
+            await tg.wait_for(lambda: bool(tg.messages_in(OWNER) and tg.messages_in(FRIEND)), timeout=30)
             await tg.wait_for(lambda: tg.pending_updates == [], timeout=10)
             await tg.wait_for(lambda: tg.open_polls >= 1, timeout=10)
             process.send_signal(signal.SIGTERM)

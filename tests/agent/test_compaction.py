@@ -257,6 +257,7 @@ async def test_the_replay_after_a_summary_keeps_a_late_message_and_the_answer_to
         session = await store.ensure_active_session("main")
         first = await store.add_user_message(session.id, "first")
         second = await store.add_user_message(session.id, "second")
+        assert first is not None and second is not None
         await store.start_run("r1", session.id, None, "h", first)
         await store.add_tool_exchange(
             session.id, "r1", ToolExchange("c1", "get_current_time", "{}", "noon", "success", 1)

@@ -183,6 +183,7 @@ async def test_a_stop_in_the_middle_of_a_response_still_sends_a_result_for_every
         await h.say("go")
         _, trace, _ = await _last_run(h)
         session = await h.bridge.store.active_session("main")
+        assert session is not None
         rows = await h.bridge.store.history(session.id, 100)
     assert _ran(trace) == ["nope_one", "nope_two"]
     final = fake_llm.requests[-1]

@@ -21,7 +21,7 @@ from tests.invariants import assert_intact
 PROFILE_KEY = "sk-profile-NEVER-SHOWN-7731"
 MAIN_KEY = "sk-main-NEVER-SENT-ELSEWHERE-5512"
 # One retry, so "failed after its retries" is two requests and takes a moment.
-RETRY_ONCE = {"max_retries": 1, "timeout_s": 2}
+RETRY_ONCE: dict[str, Any] = {"max_retries": 1, "timeout_s": 2}
 
 
 @pytest.fixture

@@ -19,6 +19,13 @@ def tool_contents(body: dict[str, Any]) -> list[str]:
     return [str(m["content"]) for m in body["messages"] if m["role"] == "tool"]
 
 
+def last_run_id(sender: RecordingSender) -> str:
+    """The run that sent the last item (every reply and notice of a run carries the run's id)."""
+    run_id = sender.sent[-1].run_id
+    assert run_id is not None
+    return run_id
+
+
 async def main_history(h: Any) -> list[Any]:
     session = await h.bridge.store.active_session("main")
     return await h.bridge.store.history(session.id, 1000)
@@ -61,8 +68,8 @@ async def test_an_immediately_repeated_call_ends_the_loop_with_one_request_for_a
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("time?")
         rows = await main_history(h)
-        run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
-        trace = json.loads(await h.bridge.store.get_trace(h.sender.sent[-1].run_id) or "{}")
+        run = await h.bridge.store.get_run(last_run_id(h.sender))
+        trace = json.loads(await h.bridge.store.get_trace(last_run_id(h.sender)) or "{}")
     final = fake_llm.requests[2]
     assert "tools" not in final
     assert final["messages"][-1]["role"] == "user" and "final answer" in final["messages"][-1]["content"]
@@ -87,7 +94,7 @@ async def test_three_identical_failing_calls_end_the_run_with_a_clear_message(
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("time on mars?")
         reply = h.sender.of("reply")[-1]
-        run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
+        run = await h.bridge.store.get_run(last_run_id(h.sender))
     assert len(fake_llm.requests) == 4 and "tools" not in fake_llm.requests[3]
     assert reply == "Mars has no time zone I know of."
     assert run is not None and run.status == "stopped"
@@ -235,7 +242,7 @@ async def test_the_whole_run_has_a_deadline(tmp_path: Path, fake_llm: FakeOpenAI
     fake_llm.push(fake.delay(5, fake.text("too late")))
     async with running_bridge(tmp_path, fake_llm, agent={"run_timeout_s": 0.3}) as h:
         await h.say("slow question")
-        run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
+        run = await h.bridge.store.get_run(last_run_id(h.sender))
     assert "ran out of time" in h.sender.of("reply")[-1]
     assert run is not None and run.status == "timeout"
 
@@ -246,7 +253,7 @@ async def test_a_run_records_its_usage_and_status(tmp_path: Path, fake_llm: Fake
     )
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("time?")
-        run = await h.bridge.store.get_run(h.sender.sent[-1].run_id)
+        run = await h.bridge.store.get_run(last_run_id(h.sender))
     assert run is not None
     assert (run.status, run.iterations, run.channel) == ("ok", 2, "test")
     assert run.prompt_tokens == 110 and run.completion_tokens == 12
@@ -295,7 +302,7 @@ async def test_an_unexpected_error_is_reported_recorded_and_the_next_message_wor
     async with bridge:
         h = Harness(bridge, sender, llm=None)  # type: ignore[arg-type]
         await h.say("first")
-        run = await bridge.store.get_run(sender.sent[-1].run_id)
+        run = await bridge.store.get_run(last_run_id(sender))
         await h.say("second")
     first, second = sender.of("reply")
     assert "Something went wrong" in first and "KeyError" in first

@@ -68,7 +68,8 @@ async def test_a_trace_keeps_malformed_arguments_raw_and_records_model_errors(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     broken = fake.tool_call("get_current_time", {})
-    broken.body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = "{not json"  # type: ignore[index]
+    assert isinstance(broken.body, dict)
+    broken.body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = "{not json"
     fake_llm.push(broken, fake.http_error(400, "context too long"))
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("hi")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pytest
-from aiohttp import WSMsgType, web
+from aiohttp import BodyPartReader, WSMsgType, web
 
 from tests.fakes.loopback import LoopbackServer
 
@@ -283,7 +283,7 @@ class FakeDiscord(LoopbackServer):
         }
         self._guilds[gid] = guild
         for position, (channel_id, channel_name) in enumerate(channels or []):
-            channel = {
+            channel: dict[str, Any] = {
                 "id": str(channel_id),
                 "type": 0,
                 "guild_id": gid,
@@ -308,7 +308,7 @@ class FakeDiscord(LoopbackServer):
     ) -> dict[str, Any]:
         """A public thread (type 11) under a text channel; dispatched as THREAD_CREATE if live."""
         gid = str(guild_id)
-        thread = {
+        thread: dict[str, Any] = {
             "id": str(thread_id),
             "type": 11,
             "guild_id": gid,
@@ -341,7 +341,7 @@ class FakeDiscord(LoopbackServer):
         uid = str(user_id)
         if uid in self._dm_by_user:
             return self._channels[self._dm_by_user[uid]]
-        channel = {
+        channel: dict[str, Any] = {
             "id": str(self._snowflake()),
             "type": 1,
             "recipients": [self._user_obj(uid)],
@@ -1015,13 +1015,13 @@ async def _read_body(request: web.Request) -> dict[str, Any]:
         files: list[tuple[str, int]] = []
         reader = await request.multipart()
         async for part in reader:
-            if not hasattr(part, "name"):
-                continue
-            data = await part.read()  # type: ignore[union-attr]
+            if not isinstance(part, BodyPartReader):
+                continue  # a nested multipart: Discord never sends one
+            data = await part.read()
             if part.name == "payload_json":
                 body.update(json.loads(data))
-            elif part.filename:  # type: ignore[union-attr]
-                files.append((part.filename, len(data)))  # type: ignore[union-attr]
+            elif part.filename:
+                files.append((part.filename, len(data)))
         body["_files"] = files
         return body
     raw = await request.read()

@@ -263,10 +263,13 @@ class _TelegramHTML(HTMLParser):
             raise self._fail(f'Invalid HTML entity "&#{name};" at byte offset {self._byte_offset()}')
         self._append(char)
 
-    def _unsupported(self, *_: object) -> None:
+    def _unsupported(self, data: str) -> None:
         raise self._fail(f'Unsupported start tag "!" at byte offset {self._byte_offset()}')
 
-    handle_comment = handle_decl = handle_pi = unknown_decl = _unsupported
+    handle_comment = handle_pi = unknown_decl = _unsupported
+
+    def handle_decl(self, decl: str) -> None:  # its parameter has another name than the others'
+        self._unsupported(decl)
 
     def close(self) -> None:
         super().close()
@@ -737,7 +740,9 @@ class FakeTelegram(LoopbackServer):
         thread_id = params.get("message_thread_id")
         if thread_id == 1:
             raise _bad_request("message thread not found")
-        reply = params.get("reply_parameters") if isinstance(params.get("reply_parameters"), dict) else {}
+        reply = params.get("reply_parameters")
+        if not isinstance(reply, dict):
+            reply = {}
         reply_to = reply.get("message_id", params.get("reply_to_message_id"))
         reply_chat = reply.get("chat_id", chat_id)
         allow_missing = reply.get("allow_sending_without_reply", params.get("allow_sending_without_reply"))
@@ -874,8 +879,9 @@ class FakeTelegram(LoopbackServer):
         return message_id
 
     def _reply_target(self, message: dict[str, Any]) -> dict[str, Any]:
-        chat_id = message["chat"]["id"] if "chat" in message else message.get("chat_id")
-        target = self._messages.get((chat_id, message.get("message_id")), message)
+        chat_id = message["chat"]["id"] if "chat" in message else message.get("chat_id", 0)
+        # 0 where an id is missing: no chat or message has it, so the message stands for itself.
+        target = self._messages.get((chat_id, message.get("message_id", 0)), message)
         return {k: v for k, v in copy.deepcopy(target).items() if k != "reply_to_message"}
 
     def _enqueue(self, kind: str, payload: dict[str, Any]) -> None:

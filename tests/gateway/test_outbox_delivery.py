@@ -74,8 +74,11 @@ def reply_rows(*states: str, text: str = "part") -> list[OutboxItem]:
     ]
 
 
-async def restart(tmp_path: Path, llm: FakeOpenAI, sender: RecordingSender, **sections: dict) -> Bridge:
-    bridge = Bridge(make_settings(tmp_path, llm.base_url, **sections))
+async def restart(
+    tmp_path: Path, llm: FakeOpenAI, sender: RecordingSender, **sections: dict[str, Any]
+) -> Bridge:
+    # owners named, so that mypy does not take it for one of the **sections.
+    bridge = Bridge(make_settings(tmp_path, llm.base_url, owners=None, **sections))
     bridge.add_sender(sender)
     await bridge.start()
     await bridge.recover()
@@ -157,10 +160,10 @@ async def test_the_reply_is_queued_with_the_answer_so_a_crash_before_it_is_sent_
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
     fake_llm.push(fake.tool_call("get_current_time", {}), fake.text("It is noon."))
-    sender = StuckSender(stuck={OWNER})
+    stuck = StuckSender(stuck={OWNER})
     settings = make_settings(tmp_path, fake_llm.base_url)
     bridge = Bridge(settings)
-    bridge.add_sender(sender)
+    bridge.add_sender(stuck)
     await bridge.start()
     finished = asyncio.Event()
     finish_run = bridge.store.finish_run
@@ -183,6 +186,8 @@ async def test_the_reply_is_queued_with_the_answer_so_a_crash_before_it_is_sent_
     ]
     # A kill here: nothing more is written. The next start sends the reply (not the stale activity).
     await bridge.store.close()
+    # A killed process's sockets close with it; here the model client's must be closed by hand.
+    await bridge.profiles.aclose()
     sender = RecordingSender()
     bridge = await restart(tmp_path, fake_llm, sender)
     await bridge.stop()

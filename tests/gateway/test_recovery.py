@@ -73,9 +73,17 @@ async def test_items_a_crash_left_pending_are_delivered_once_after_the_restart(
 ) -> None:
     async with running_bridge(tmp_path, fake_llm) as h:
         session = await h.bridge.store.ensure_active_session("main")
-        common = {"surface": "test", "chat_id": OWNER, "session_key": "main", "session_id": session.id}
         for kind, text in (("reply", "the lost answer"), ("activity", "⚙ old tool …"), ("notice", "later")):
-            await h.bridge.store.add_outbox(OutboxItem(kind=kind, text=text, state="pending", **common))
+            item = OutboxItem(
+                kind=kind,
+                text=text,
+                state="pending",
+                surface="test",
+                chat_id=OWNER,
+                session_key="main",
+                session_id=session.id,
+            )
+            await h.bridge.store.add_outbox(item)
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.bridge.recover()
         assert [(i.kind, i.text) for i in h.sender.sent] == [

@@ -109,22 +109,22 @@ def check_answers(db: Path, outbox: list[Row], found: Findings) -> None:
     """Each message's run (the first with input_upto >= its id) had its reply delivered, or its chat was
     told it was interrupted; and no run took up again what an earlier run had taken up."""
     runs: defaultdict[str, list[Run]] = defaultdict(list)
-    for row in rows(
+    for values in rows(
         # Compactions answer nothing (they summarise old turns): only turns take messages up.
         db,
         "SELECT id, session_id, status, input_upto, started_at FROM runs WHERE kind = 'turn' "
         "ORDER BY started_at, rowid",
     ):
-        runs[row[1]].append(Run(*row))
+        runs[values[1]].append(Run(*values))
     for session, session_runs in runs.items():
         highest = 0
-        for run in session_runs:
-            if run.input_upto is None or run.input_upto <= highest:
+        for taken in session_runs:
+            if taken.input_upto is None or taken.input_upto <= highest:
                 found.problem(
-                    f"run {run.id} ({run.status}) in session {session} took up messages up to "
-                    f"{run.input_upto}, which an earlier run had taken up (up to {highest})"
+                    f"run {taken.id} ({taken.status}) in session {session} took up messages up to "
+                    f"{taken.input_upto}, which an earlier run had taken up (up to {highest})"
                 )
-            highest = max(highest, run.input_upto or 0)
+            highest = max(highest, taken.input_upto or 0)
     for summary, session, upto in rows(db, "SELECT id, session_id, upto FROM summaries"):
         # A summary may only cover turns a finished run answered: never one still being answered.
         answered = max((r.input_upto or 0 for r in runs[session] if r.status != "running"), default=0)
