@@ -496,7 +496,7 @@ async def test_sessions_list_filters_by_kind_limit_and_activity_and_caps_message
     assert sum("sessions_list(" in line for line in done.stdout.splitlines() if line.startswith("  ⚙")) == 5
     contents = last_results(llm.requests[2])
     groups, newest, recent, everything = (json.loads(c) for c in contents[:4])
-    assert contents[4].startswith("Error [invalid_parameter]")
+    assert contents[4].startswith("Error [invalid_arguments]")
 
     (room,) = groups["sessions"]
     assert groups["count"] == 1

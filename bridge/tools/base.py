@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import BaseModel
+
 if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.store.base import SessionRow, Store
@@ -63,12 +65,18 @@ class ToolContext:
     messenger: SessionMessenger | None = None
 
 
-ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+# Called with what bridge.tools.arguments.validate_arguments made of the call's JSON arguments: an
+# instance of the tool's `arguments` model, or the checked dict for a tool without one.
+ToolHandler = Callable[[Any, ToolContext], Awaitable[ToolResult]]
 
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """A callable the model may use: name, description, JSON-schema parameters and an async run."""
+    """A callable the model may use: name, description, JSON-schema parameters and an async run.
+
+    A built-in tool declares its arguments as a pydantic model (`arguments`) and its `parameters`
+    are made from it (bridge.tools.arguments.typed_tool); a manifest tool has only the JSON schema.
+    """
 
     name: str
     description: str
@@ -76,6 +84,20 @@ class Tool:
     run: ToolHandler
     # None falls back to [tools] default_timeout_s.
     timeout_s: float | None = None
+    arguments: type[BaseModel] | None = None
+
+    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Call the tool as the model does: its JSON arguments validated, then `run` with the result.
+
+        The runner does the same in two steps, so it can time the run alone.
+        """
+        # Imported here: bridge.tools.arguments builds on this module.
+        from bridge.tools.arguments import validate_arguments
+
+        checked = validate_arguments(self, args)
+        if isinstance(checked, ToolResult):
+            return checked
+        return await self.run(checked, ctx)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool form sent to the model."""
@@ -100,15 +122,8 @@ class ToolGroup:
 
 
 def params(properties: dict[str, Any] | None = None, required: list[str] | None = None) -> dict[str, Any]:
-    """A JSON-schema object for a tool's parameters."""
+    """A JSON-schema object for a tool's parameters, for tools without an arguments model."""
     schema: dict[str, Any] = {"type": "object", "properties": properties or {}}
     if required:
         schema["required"] = required
     return schema
-
-
-def clamp_int(value: Any, *, default: int, high: int, low: int = 1) -> int:
-    """A model-supplied count, forced into [low, high]; anything not a number gives the default."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return default
-    return max(low, min(high, int(value)))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.errors import ManifestError
+from bridge.tools.arguments import check_parameters
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolHandler, ToolResult
 
 DESCRIPTION_NAMES_MAX = 8
@@ -37,6 +38,7 @@ def load_manifest(path: Path) -> ToolGroup:
     The file holds a JSON array. An entry with a `_meta` object gives the group's display_name and
     description and is not a tool; every other entry is a tool: name, description, parameters (JSON
     schema) and handler ("package.module:function", an async function taking (arguments, context)).
+    The handler gets the arguments as a dict that passed the schema (bridge.tools.arguments).
     """
     try:
         entries = json.loads(path.read_text(encoding="utf-8"))
@@ -85,6 +87,11 @@ def _tool(entry: dict[str, Any], where: str) -> Tool:
     parameters = entry.get("parameters", {"type": "object", "properties": {}})
     if not isinstance(parameters, dict) or parameters.get("type") != "object":
         raise ManifestError(f"{where}: 'parameters' must be a JSON schema of type object")
+    # Checked now, so a broken schema stops the start instead of failing every call of the tool.
+    try:
+        check_parameters(parameters)
+    except ManifestError as exc:
+        raise ManifestError(f"{where}: 'parameters' is not a valid JSON schema: {exc}") from None
     timeout = entry.get("timeout_s")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0

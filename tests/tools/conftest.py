@@ -10,12 +10,19 @@ import pytest
 
 from bridge.config import Settings
 from bridge.store.sqlite import SQLiteStore
-from bridge.tools.base import ToolContext
+from bridge.tools.base import Tool, ToolContext
 from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
 
 MakeContext = Callable[..., ToolContext]
 MakeSessionContext = Callable[..., Awaitable[ToolContext]]
+
+
+def builtin(name: str) -> Tool:
+    """The built-in tool called `name`, as a default Bridge registers it."""
+    tool = build_registry(Settings()).get(name)
+    assert tool is not None, name
+    return tool
 
 
 @pytest.fixture

@@ -24,15 +24,15 @@ from tests.tools.conftest import MakeContext
 
 
 async def read(ctx: ToolContext, **args: Any) -> ToolResult:
-    return await read_file.run(args, ctx)
+    return await read_file(args, ctx)
 
 
 async def write(ctx: ToolContext, **args: Any) -> ToolResult:
-    return await write_file.run(args, ctx)
+    return await write_file(args, ctx)
 
 
 async def ls(ctx: ToolContext, **args: Any) -> ToolResult:
-    return await list_files.run(args, ctx)
+    return await list_files(args, ctx)
 
 
 @pytest.fixture
@@ -256,17 +256,23 @@ async def test_binary_file_is_refused(ctx: ToolContext, existing_workspace: Path
 
 
 async def test_missing_path_parameter_is_reported(ctx: ToolContext) -> None:
-    for result in (await read(ctx), await write(ctx, content="x")):
-        assert result.code == "missing_parameter"
-        assert result.content == "Error [missing_parameter]: Required parameter 'path' is missing."
-    assert (await write(ctx, path="a.txt")).code == "missing_parameter"
+    read_result, write_result = await read(ctx), await write(ctx, content="x")
+    assert (
+        read_result.content
+        == "Error [invalid_arguments]: Invalid arguments for read_file: 'path' is required."
+    )
+    assert (
+        write_result.content
+        == "Error [invalid_arguments]: Invalid arguments for write_file: 'path' is required."
+    )
+    assert "'content' is required" in (await write(ctx, path="a.txt")).content
 
 
 async def test_bad_parameter_types_are_reported(ctx: ToolContext) -> None:
-    assert (await read(ctx, path=3)).code == "invalid_parameter"
-    assert (await read(ctx, path="a.txt", offset=-1)).code == "invalid_parameter"
-    assert (await write(ctx, path="a.txt", content="x", append="maybe")).code == "invalid_parameter"
-    assert (await read(ctx, path="a\x00b")).code == "invalid_parameter"
+    assert (await read(ctx, path=3)).code == "invalid_arguments"
+    assert (await read(ctx, path="a.txt", offset=-1)).code == "invalid_arguments"
+    assert (await write(ctx, path="a.txt", content="x", append="maybe")).code == "invalid_arguments"
+    assert (await read(ctx, path="a\x00b")).code == "invalid_arguments"
 
 
 async def test_missing_file_is_not_found(ctx: ToolContext) -> None:

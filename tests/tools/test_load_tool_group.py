@@ -69,13 +69,13 @@ async def test_unknown_group_lists_all_available_groups(ctx: ToolContext) -> Non
         {"group_name": ["web"]},
     ],
 )
-async def test_absent_empty_or_non_string_group_name_is_a_missing_parameter(
+async def test_absent_empty_or_non_string_group_name_is_invalid_arguments(
     ctx: ToolContext, args: dict[str, Any]
 ) -> None:
     result = await load_tool_group(args, ctx)
     assert not result.ok
-    assert result.code == "missing_parameter"
-    assert "group_name" in result.content
+    assert result.code == "invalid_arguments"
+    assert "'group_name'" in result.content
     assert ctx.loaded_groups == set()
 
 

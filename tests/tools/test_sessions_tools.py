@@ -112,11 +112,12 @@ async def test_kinds_filter(sessions: dict[str, SessionRow], make_session_ctx: M
 
 
 @pytest.mark.parametrize("kinds", ["cron", ["martian"], [1]])
-async def test_bad_kinds_are_an_invalid_parameter(
+async def test_bad_kinds_are_invalid_arguments(
     sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext, kinds: Any
 ) -> None:
     result = await sessions_list({"kinds": kinds}, await make_session_ctx())
-    assert result.code == "invalid_parameter"
+    assert result.code == "invalid_arguments"
+    assert "'kinds" in result.content and "main, group, cron, hook, node, other" in result.content
 
 
 async def test_limit_is_clamped(
@@ -241,12 +242,14 @@ async def test_history_with_include_tools_shows_calls_and_results(
     assert "input" not in result
 
 
-async def test_include_tools_must_be_true_not_truthy(
-    with_tools: SessionRow, make_session_ctx: MakeSessionContext
+@pytest.mark.parametrize(("flag", "shown"), [("false", False), ("no", False), ("true", True), ("yes", True)])
+async def test_include_tools_reads_a_yes_or_no_not_truthiness(
+    with_tools: SessionRow, make_session_ctx: MakeSessionContext, flag: str, shown: bool
 ) -> None:
+    # A non-empty string is truthy; "false" must still mean false.
     ctx = await make_session_ctx()
-    data = payload(await sessions_history({"session_key": "main", "include_tools": "yes"}, ctx))
-    assert "tool" not in {m["role"] for m in data["messages"]}
+    data = payload(await sessions_history({"session_key": "main", "include_tools": flag}, ctx))
+    assert ("tool" in {m["role"] for m in data["messages"]}) is shown
 
 
 async def test_history_by_session_id_reaches_ended_sessions(
@@ -292,11 +295,12 @@ async def test_reserved_keys_and_unknown_refs_are_not_found(
 
 
 @pytest.mark.parametrize("args", [{}, {"session_key": ""}, {"session_key": "  "}, {"session_key": 5}])
-async def test_history_without_a_key_is_a_missing_parameter(
+async def test_history_without_a_key_is_invalid_arguments(
     make_session_ctx: MakeSessionContext, args: dict[str, Any]
 ) -> None:
     result = await sessions_history(args, await make_session_ctx())
-    assert result.code == "missing_parameter"
+    assert result.code == "invalid_arguments"
+    assert "'session_key'" in result.content
 
 
 async def test_an_owner_speaking_in_a_group_cannot_pull_main_into_that_group(
@@ -355,17 +359,17 @@ async def test_sessions_send_accepts_a_session_id_and_clamps_the_timeout(
 @pytest.mark.parametrize(
     ("args", "code"),
     [
-        ({"message": "hi"}, "missing_parameter"),
-        ({"session_key": "telegram:group:-100"}, "missing_parameter"),
-        ({"session_key": "telegram:group:-100", "message": "   "}, "missing_parameter"),
-        ({"session_key": "telegram:group:-100", "message": "hi", "timeout_seconds": -1}, "invalid_parameter"),
+        ({"message": "hi"}, "invalid_arguments"),
+        ({"session_key": "telegram:group:-100"}, "invalid_arguments"),
+        ({"session_key": "telegram:group:-100", "message": "   "}, "invalid_arguments"),
+        ({"session_key": "telegram:group:-100", "message": "hi", "timeout_seconds": -1}, "invalid_arguments"),
         (
-            {"session_key": "telegram:group:-100", "message": "hi", "timeout_seconds": "5"},
-            "invalid_parameter",
+            {"session_key": "telegram:group:-100", "message": "hi", "timeout_seconds": "soon"},
+            "invalid_arguments",
         ),
         (
             {"session_key": "telegram:group:-100", "message": "hi", "timeout_seconds": True},
-            "invalid_parameter",
+            "invalid_arguments",
         ),
         ({"session_key": "telegram:group:-999", "message": "hi"}, "not_found"),
         ({"session_key": "global", "message": "hi"}, "not_found"),

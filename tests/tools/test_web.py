@@ -85,7 +85,7 @@ async def start_server() -> AsyncIterator[StartServer]:
 
 
 async def fetch(ctx: ToolContext, **args: Any) -> ToolResult:
-    return await webfetch.run(args, ctx)
+    return await webfetch(args, ctx)
 
 
 def text_handler(
@@ -243,7 +243,7 @@ async def test_non_http_scheme_is_refused(ctx: ToolContext) -> None:
 
 async def test_missing_url_is_reported(ctx: ToolContext) -> None:
     result = await fetch(ctx)
-    assert result.content == "Error [missing_parameter]: Required parameter 'url' is missing."
+    assert result.content == "Error [invalid_arguments]: Invalid arguments for webfetch: 'url' is required."
 
 
 async def test_not_found_is_an_http_error(private_ctx: ToolContext, start_server: StartServer) -> None:
@@ -323,7 +323,9 @@ class RecordingBackend(httpcore.AsyncNetworkBackend):
     def __init__(self) -> None:
         self.dialled: list[tuple[str, int]] = []
 
-    async def connect_tcp(self, host: str, port: int, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+    async def connect_tcp(  # type: ignore[override]  # the options we ignore are keyword-only here
+        self, host: str, port: int, **kwargs: Any
+    ) -> httpcore.AsyncNetworkStream:
         self.dialled.append((host, port))
         return httpcore.AsyncNetworkStream()
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from bridge.tools.base import Tool, ToolContext, ToolResult, clamp_int, params
+from pydantic import Field
+
+from bridge.tools.arguments import Arguments, Count, Text, typed_tool
+from bridge.tools.base import Tool, ToolContext, ToolResult
 
 LOAD_TOOL_GROUP = "load_tool_group"
 MEMORY_MAX_CHARS = 2_000
@@ -17,16 +20,29 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
-async def load_tool_group(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    name = args.get("group_name")
-    if not isinstance(name, str) or not name.strip():
-        return ToolResult.error("missing_parameter", "Required parameter 'group_name' is missing.")
+class LoadToolGroupArgs(Arguments):
+    group_name: Text = Field(description="Name of the group to load")
+
+
+class GetCurrentTimeArgs(Arguments):
+    timezone: str = Field("", description="IANA time zone, e.g. 'Europe/Berlin'")
+
+
+class SearchHistoryArgs(Arguments):
+    query: Text = Field(description="Text to look for")
+    limit: Annotated[int, Count(high=50)] = Field(10, description="Maximum matches (default 10, max 50)")
+
+
+class SaveMemoryArgs(Arguments):
+    content: Text = Field(description="The fact to remember")
+
+
+async def _load_tool_group(args: LoadToolGroupArgs, ctx: ToolContext) -> ToolResult:
+    name = args.group_name
     group = ctx.registry.group(name)
     if group is None:
         available = ", ".join(g.name for g in ctx.registry.groups()) or "(none)"
-        return ToolResult.error(
-            "not_found", f"Tool group '{name.strip()}' not found. Available groups: {available}"
-        )
+        return ToolResult.error("not_found", f"Tool group '{name}' not found. Available groups: {available}")
     if not group.tools:
         return ToolResult.error("empty_group", f"Tool group '{group.name}' has no available tools.")
     already = group.name in ctx.loaded_groups
@@ -43,8 +59,9 @@ async def load_tool_group(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult.success("\n".join([head, *lines, tail]))
 
 
-async def get_current_time(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    zone_name = args.get("timezone") or ctx.settings.agent.timezone
+async def _get_current_time(args: GetCurrentTimeArgs, ctx: ToolContext) -> ToolResult:
+    # An empty or blank zone means "the configured one", as an absent one does.
+    zone_name = args.timezone.strip() or ctx.settings.agent.timezone
     try:
         zone = ZoneInfo(str(zone_name))
     # A folder of the zone database such as 'Europe' raises IsADirectoryError, an OSError.
@@ -58,12 +75,8 @@ async def get_current_time(args: dict[str, Any], ctx: ToolContext) -> ToolResult
     )
 
 
-async def search_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    query = args.get("query")
-    if not isinstance(query, str) or not query.strip():
-        return ToolResult.error("missing_parameter", "Required parameter 'query' is missing.")
-    limit = clamp_int(args.get("limit"), default=10, high=50)
-    rows = await ctx.store.search_messages(ctx.session.id, query.strip(), limit)
+async def _search_history(args: SearchHistoryArgs, ctx: ToolContext) -> ToolResult:
+    rows = await ctx.store.search_messages(ctx.session.id, args.query, args.limit)
     matches = [
         {
             "id": row.id,
@@ -73,56 +86,44 @@ async def search_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         }
         for row in rows
     ]
-    return ToolResult.success({"query": query.strip(), "matches": matches})
+    return ToolResult.success({"query": args.query, "matches": matches})
 
 
-async def save_memory(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    content = args.get("content")
-    if not isinstance(content, str) or not content.strip():
-        return ToolResult.error("missing_parameter", "Required parameter 'content' is missing.")
-    if len(content) > MEMORY_MAX_CHARS:
+async def _save_memory(args: SaveMemoryArgs, ctx: ToolContext) -> ToolResult:
+    # Its own code, not invalid_arguments: the model is to shorten it, not to fix a type.
+    if len(args.content) > MEMORY_MAX_CHARS:
         return ToolResult.error(
             "too_long", f"A memory holds at most {MEMORY_MAX_CHARS} characters; save a shorter summary."
         )
     # Memories belong to the conversation place (the key), so they outlive /clear but never leak
     # into another user's chat.
-    await ctx.store.add_memory(ctx.session.key, content.strip())
+    await ctx.store.add_memory(ctx.session.key, args.content)
     return ToolResult.success("Saved. It will be in your memory in later turns of this chat.")
 
 
+load_tool_group = typed_tool(
+    LOAD_TOOL_GROUP,
+    "Load a tool group listed under 'Available Tool Groups' so its tools become callable. "
+    "Returns the group's tools with their descriptions.",
+    LoadToolGroupArgs,
+    _load_tool_group,
+)
+get_current_time = typed_tool(
+    "get_current_time", "Get the current date and time.", GetCurrentTimeArgs, _get_current_time
+)
+search_history = typed_tool(
+    "search_history",
+    "Search the messages of this conversation for a word or phrase.",
+    SearchHistoryArgs,
+    _search_history,
+)
+save_memory = typed_tool(
+    "save_memory",
+    "Remember a fact for later conversations in this chat (it survives /clear).",
+    SaveMemoryArgs,
+    _save_memory,
+)
+
+
 def core_tools() -> list[Tool]:
-    return [
-        Tool(
-            LOAD_TOOL_GROUP,
-            "Load a tool group listed under 'Available Tool Groups' so its tools become callable. "
-            "Returns the group's tools with their descriptions.",
-            params(
-                {"group_name": {"type": "string", "description": "Name of the group to load"}}, ["group_name"]
-            ),
-            load_tool_group,
-        ),
-        Tool(
-            "get_current_time",
-            "Get the current date and time.",
-            params({"timezone": {"type": "string", "description": "IANA time zone, e.g. 'Europe/Berlin'"}}),
-            get_current_time,
-        ),
-        Tool(
-            "search_history",
-            "Search the messages of this conversation for a word or phrase.",
-            params(
-                {
-                    "query": {"type": "string", "description": "Text to look for"},
-                    "limit": {"type": "integer", "description": "Maximum matches (default 10, max 50)"},
-                },
-                ["query"],
-            ),
-            search_history,
-        ),
-        Tool(
-            "save_memory",
-            "Remember a fact for later conversations in this chat (it survives /clear).",
-            params({"content": {"type": "string", "description": "The fact to remember"}}, ["content"]),
-            save_memory,
-        ),
-    ]
+    return [load_tool_group, get_current_time, search_history, save_memory]

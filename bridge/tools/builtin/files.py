@@ -6,22 +6,23 @@ import asyncio
 import codecs
 import os
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import Field
 
 from bridge.errors import OutsideWorkspaceError
-from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolHandler, ToolResult, params
+from bridge.tools.arguments import Arguments, NonNegative, PathText, Positive, typed_tool
+from bridge.tools.base import ToolContext, ToolGroup, ToolResult
 
 # A recursive listing of a big tree would flood the model's context; this is plenty to orient it.
 MAX_LIST_ENTRIES = 500
+# What the model is told a path is; read_file and write_file share it.
+PATH_DESCRIPTION = "Path relative to the workspace, e.g. notes/todo.md"
 
-
-class _ArgumentError(Exception):
-    """A bad tool argument, carried to the handler's boundary as a ToolResult."""
-
-    def __init__(self, result: ToolResult) -> None:
-        super().__init__(result.content)
-        self.result = result
+A = TypeVar("A")
+Handler = Callable[[A, ToolContext], Awaitable[ToolResult]]
 
 
 def resolve_in_workspace(root: Path, user_path: str) -> Path:
@@ -52,58 +53,12 @@ def _display(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def _str_arg(args: dict[str, Any], name: str, default: str | None = None) -> str:
-    value = args.get(name, default)
-    if value is None:
-        message = f"Required parameter '{name}' is missing."
-        raise _ArgumentError(ToolResult.error("missing_parameter", message))
-    if not isinstance(value, str):
-        raise _ArgumentError(ToolResult.error("invalid_parameter", f"Parameter '{name}' must be a string."))
-    return value
+def _guarded(handler: Handler[A]) -> Handler[A]:
+    """Turn confinement and OS errors into ToolResult values at one boundary."""
 
-
-def _path_arg(args: dict[str, Any], default: str | None = None) -> str:
-    value = _str_arg(args, "path", default)
-    if value == "":
-        raise _ArgumentError(ToolResult.error("missing_parameter", "Required parameter 'path' is missing."))
-    # The OS would raise ValueError deep inside resolve(); say it plainly instead.
-    if "\x00" in value:
-        raise _ArgumentError(ToolResult.error("invalid_parameter", "Parameter 'path' contains a NUL byte."))
-    return value
-
-
-def _int_arg(args: dict[str, Any], name: str, default: int | None, minimum: int) -> int | None:
-    value = args.get(name)
-    if value is None:
-        return default
-    # Models sometimes send numbers as strings; bool is an int subclass but never a count.
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _ArgumentError(
-            ToolResult.error("invalid_parameter", f"Parameter '{name}' must be an integer >= {minimum}.")
-        )
-    return value
-
-
-def _bool_arg(args: dict[str, Any], name: str) -> bool:
-    value = args.get(name, False)
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if not isinstance(value, bool):
-        message = f"Parameter '{name}' must be true or false."
-        raise _ArgumentError(ToolResult.error("invalid_parameter", message))
-    return value
-
-
-def _guarded(handler: ToolHandler) -> ToolHandler:
-    """Turn argument, confinement and OS errors into ToolResult values at one boundary."""
-
-    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def run(args: A, ctx: ToolContext) -> ToolResult:
         try:
             return await handler(args, ctx)
-        except _ArgumentError as exc:
-            return exc.result
         except OutsideWorkspaceError as exc:
             return ToolResult.error("outside_workspace", str(exc))
         except FileNotFoundError:
@@ -159,31 +114,27 @@ def _read(root: Path, target: Path, offset: int, limit: int | None, max_bytes: i
     return ToolResult.success(text)
 
 
+class ReadFileArgs(Arguments):
+    path: PathText = Field(description=PATH_DESCRIPTION)
+    # Refused, not clamped, when out of range: a wrong line number would read the wrong lines.
+    offset: NonNegative = Field(0, description="First line to return, 0-based.")
+    limit: Positive | None = Field(None, description="How many lines to return.")
+
+
 @_guarded
-async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    user_path = _path_arg(args)
-    offset = _int_arg(args, "offset", 0, minimum=0) or 0
-    limit = _int_arg(args, "limit", None, minimum=1)
+async def _read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
     root = _workspace(ctx)
-    target = resolve_in_workspace(root, user_path)
-    return await asyncio.to_thread(_read, root, target, offset, limit, ctx.settings.tools.file_max_bytes)
+    target = resolve_in_workspace(root, args.path)
+    max_bytes = ctx.settings.tools.file_max_bytes
+    return await asyncio.to_thread(_read, root, target, args.offset, args.limit, max_bytes)
 
 
-read_file = Tool(
-    name="read_file",
-    description=(
-        "Read a UTF-8 text file from the workspace folder. Use offset and limit (in lines) to read "
-        "part of a long file. Binary files are refused."
-    ),
-    parameters=params(
-        {
-            "path": {"type": "string", "description": "Path relative to the workspace, e.g. notes/todo.md"},
-            "offset": {"type": "integer", "minimum": 0, "description": "First line to return, 0-based."},
-            "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."},
-        },
-        required=["path"],
-    ),
-    run=_read_file,
+read_file = typed_tool(
+    "read_file",
+    "Read a UTF-8 text file from the workspace folder. Use offset and limit (in lines) to read "
+    "part of a long file. Binary files are refused.",
+    ReadFileArgs,
+    _read_file,
 )
 
 
@@ -206,37 +157,31 @@ def _write(root: Path, target: Path, data: bytes, append: bool) -> ToolResult:
     return ToolResult.success(f"{verb} {len(data)} bytes to '{rel}'.")
 
 
+class WriteFileArgs(Arguments):
+    path: PathText = Field(description=PATH_DESCRIPTION)
+    content: str = Field(description="The text to write.")
+    append: bool = Field(False, description="Add to the end instead of replacing the file.")
+
+
 @_guarded
-async def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    user_path = _path_arg(args)
-    content = _str_arg(args, "content")
-    append = _bool_arg(args, "append")
-    data = content.encode("utf-8")
+async def _write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
+    data = args.content.encode("utf-8")
     max_bytes = ctx.settings.tools.file_max_bytes
     if len(data) > max_bytes:
         return ToolResult.error(
             "too_large", f"Content is {len(data)} bytes; the limit is {max_bytes} bytes (file_max_bytes)."
         )
     root = _workspace(ctx)
-    target = resolve_in_workspace(root, user_path)
-    return await asyncio.to_thread(_write, root, target, data, append)
+    target = resolve_in_workspace(root, args.path)
+    return await asyncio.to_thread(_write, root, target, data, args.append)
 
 
-write_file = Tool(
-    name="write_file",
-    description=(
-        "Write a UTF-8 text file in the workspace folder, creating folders as needed. Replaces the "
-        "file unless append is true. Returns the number of bytes written."
-    ),
-    parameters=params(
-        {
-            "path": {"type": "string", "description": "Path relative to the workspace, e.g. notes/todo.md"},
-            "content": {"type": "string", "description": "The text to write."},
-            "append": {"type": "boolean", "description": "Add to the end instead of replacing the file."},
-        },
-        required=["path", "content"],
-    ),
-    run=_write_file,
+write_file = typed_tool(
+    "write_file",
+    "Write a UTF-8 text file in the workspace folder, creating folders as needed. Replaces the "
+    "file unless append is true. Returns the number of bytes written.",
+    WriteFileArgs,
+    _write_file,
 )
 
 
@@ -288,28 +233,24 @@ def _list(root: Path, folder: Path, recursive: bool, cap: int) -> ToolResult:
     return ToolResult.success(result)
 
 
+class ListFilesArgs(Arguments):
+    path: PathText = Field(".", description="Folder relative to the workspace; default '.'.")
+    recursive: bool = Field(False, description="Include everything below, not just children.")
+
+
 @_guarded
-async def _list_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    user_path = _path_arg(args, default=".")
-    recursive = _bool_arg(args, "recursive")
+async def _list_files(args: ListFilesArgs, ctx: ToolContext) -> ToolResult:
     root = _workspace(ctx)
-    folder = resolve_in_workspace(root, user_path)
-    return await asyncio.to_thread(_list, root, folder, recursive, MAX_LIST_ENTRIES)
+    folder = resolve_in_workspace(root, args.path)
+    return await asyncio.to_thread(_list, root, folder, args.recursive, MAX_LIST_ENTRIES)
 
 
-list_files = Tool(
-    name="list_files",
-    description=(
-        "List a folder in the workspace: each entry's path (relative to the workspace), type "
-        f"(dir, file or symlink) and size in bytes. At most {MAX_LIST_ENTRIES} entries."
-    ),
-    parameters=params(
-        {
-            "path": {"type": "string", "description": "Folder relative to the workspace; default '.'."},
-            "recursive": {"type": "boolean", "description": "Include everything below, not just children."},
-        }
-    ),
-    run=_list_files,
+list_files = typed_tool(
+    "list_files",
+    "List a folder in the workspace: each entry's path (relative to the workspace), type "
+    f"(dir, file or symlink) and size in bytes. At most {MAX_LIST_ENTRIES} entries.",
+    ListFilesArgs,
+    _list_files,
 )
 
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field
 
 from bridge.errors import SessionKeyError
 from bridge.sessions.keys import MAIN, RESERVED_KEYS, kind
 from bridge.store.base import MessageRow, SessionRow, SessionSummary
-from bridge.tools.base import AGENT_CHANNEL, Tool, ToolContext, ToolGroup, ToolResult, clamp_int, params
+from bridge.tools.arguments import Arguments, Count, Seconds, Text, typed_tool
+from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolGroup, ToolResult
 
-KINDS = ("main", "group", "cron", "hook", "node", "other")
+Kind = Literal["main", "group", "cron", "hook", "node", "other"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
 LIST_MAX = 200
 LIST_MESSAGES_MAX = 20
 HISTORY_MAX = 200
@@ -56,22 +60,41 @@ def _visible(ctx: ToolContext, session: SessionRow) -> bool:
     return _sees_everything(ctx) or session.key == ctx.session.key
 
 
-async def sessions_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    kinds = args.get("kinds")
-    if kinds is not None and (
-        not isinstance(kinds, list) or not all(isinstance(k, str) and k in KINDS for k in kinds)
-    ):
-        return ToolResult.error("invalid_parameter", f"'kinds' must be a list of: {', '.join(KINDS)}")
-    limit = clamp_int(args.get("limit"), default=50, high=LIST_MAX)
-    message_limit = clamp_int(args.get("message_limit"), default=0, low=0, high=LIST_MESSAGES_MAX)
-    active_minutes = args.get("active_minutes")
-    since = None
-    if (
-        isinstance(active_minutes, int | float)
-        and not isinstance(active_minutes, bool)
-        and active_minutes > 0
-    ):
-        since = time.time() - active_minutes * 60
+class SessionsListArgs(Arguments):
+    kinds: list[Kind] | None = Field(None, description="Only sessions of these kinds")
+    limit: Annotated[int, Count(high=LIST_MAX)] = Field(
+        50, description=f"Maximum rows (default 50, max {LIST_MAX})"
+    )
+    # 0, a negative or an unreadable value means no time filter, as leaving it out does.
+    active_minutes: Annotated[int, Count(low=0)] = Field(
+        0, description="Only sessions active within this many minutes"
+    )
+    message_limit: Annotated[int, Count(low=0, high=LIST_MESSAGES_MAX)] = Field(
+        0, description=f"Include each one's last N chat messages (0-{LIST_MESSAGES_MAX})"
+    )
+
+
+class SessionsHistoryArgs(Arguments):
+    session_key: Text = Field(description="Session key (e.g. 'main') or id")
+    limit: Annotated[int, Count(high=HISTORY_MAX)] = Field(
+        50, description=f"Maximum messages (default 50, max {HISTORY_MAX})"
+    )
+    include_tools: bool = Field(False, description="Include tool calls and results")
+
+
+class SessionsSendArgs(Arguments):
+    session_key: Text = Field(description="Session key or id to send to")
+    message: Text = Field(description="The message for that session's agent")
+    timeout_seconds: Seconds = Field(
+        SEND_TIMEOUT_DEFAULT,
+        description="Seconds to wait for the reply "
+        f"(default {SEND_TIMEOUT_DEFAULT:g}, max {SEND_TIMEOUT_MAX:g}); 0 does not wait",
+    )
+
+
+async def _sessions_list(args: SessionsListArgs, ctx: ToolContext) -> ToolResult:
+    kinds = args.kinds
+    since = time.time() - args.active_minutes * 60 if args.active_minutes else None
     if _sees_everything(ctx):
         summaries = await ctx.store.list_sessions(limit=LIST_MAX, active_since=since)
     else:
@@ -98,21 +121,17 @@ async def sessions_list(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             "message_count": summary.message_count,
             "send_policy": session.send_policy,
         }
-        if message_limit:
-            chat = await ctx.store.history(session.id, message_limit, chat_only=True)
+        if args.message_limit:
+            chat = await ctx.store.history(session.id, args.message_limit, chat_only=True)
             row["messages"] = [_message_dict(m) for m in chat]
         rows.append(row)
-        if len(rows) >= limit:
+        if len(rows) >= args.limit:
             break
     return ToolResult.success({"sessions": rows, "count": len(rows)})
 
 
-async def _resolve(args: dict[str, Any], ctx: ToolContext) -> SessionRow | ToolResult:
+async def _resolve(ref: str, ctx: ToolContext) -> SessionRow | ToolResult:
     """The session named by 'session_key' (a key, or a session id), if this session may see it."""
-    ref = args.get("session_key")
-    if not isinstance(ref, str) or not ref.strip():
-        return ToolResult.error("missing_parameter", "Required parameter 'session_key' is missing.")
-    ref = ref.strip()
     session = None if ref in RESERVED_KEYS else await ctx.store.active_session(ref)
     if session is None:
         session = await ctx.store.get_session(ref)
@@ -124,13 +143,11 @@ async def _resolve(args: dict[str, Any], ctx: ToolContext) -> SessionRow | ToolR
     return session
 
 
-async def sessions_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    session = await _resolve(args, ctx)
+async def _sessions_history(args: SessionsHistoryArgs, ctx: ToolContext) -> ToolResult:
+    session = await _resolve(args.session_key, ctx)
     if isinstance(session, ToolResult):
         return session
-    limit = clamp_int(args.get("limit"), default=50, high=HISTORY_MAX)
-    include_tools = args.get("include_tools") is True
-    history = await ctx.store.history(session.id, limit, chat_only=not include_tools)
+    history = await ctx.store.history(session.id, args.limit, chat_only=not args.include_tools)
     summaries = await ctx.store.summaries(session.id)
     return ToolResult.success(
         {
@@ -151,16 +168,13 @@ async def sessions_history(args: dict[str, Any], ctx: ToolContext) -> ToolResult
     )
 
 
-async def sessions_send(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+async def _sessions_send(args: SessionsSendArgs, ctx: ToolContext) -> ToolResult:
     if ctx.channel == AGENT_CHANNEL:
         # One level only: an agent answering another agent cannot start a third exchange (no loops).
         return ToolResult.error(
             "not_allowed", "sessions_send cannot be used while answering another session's agent."
         )
-    message = args.get("message")
-    if not isinstance(message, str) or not message.strip():
-        return ToolResult.error("missing_parameter", "Required parameter 'message' is missing.")
-    target = await _resolve(args, ctx)
+    target = await _resolve(args.session_key, ctx)
     if isinstance(target, ToolResult):
         return target
     if target.key == ctx.session.key:
@@ -169,86 +183,37 @@ async def sessions_send(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         )
     if ctx.messenger is None:
         return ToolResult.error("unavailable", "Sending to other sessions is not available here.")
-    timeout = args.get("timeout_seconds", SEND_TIMEOUT_DEFAULT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-        return ToolResult.error(
-            "invalid_parameter", "'timeout_seconds' must be a number of seconds, 0 or more."
-        )
-    outcome = await ctx.messenger.send(
-        ctx.session, target, message.strip(), min(float(timeout), SEND_TIMEOUT_MAX)
-    )
+    timeout = min(args.timeout_seconds, SEND_TIMEOUT_MAX)
+    outcome = await ctx.messenger.send(ctx.session, target, args.message, timeout)
     if outcome["status"] == "error":
         # Still the documented JSON shape, but marked failed so the run's failure breaker counts it.
         return ToolResult(ok=False, content=json.dumps(outcome, ensure_ascii=False), code="run_failed")
     return ToolResult.success(outcome)
 
 
+sessions_list = typed_tool(
+    "sessions_list", "List chat sessions, most recently active first.", SessionsListArgs, _sessions_list
+)
+sessions_history = typed_tool(
+    "sessions_history",
+    "Read the messages of one session, by session key or session id.",
+    SessionsHistoryArgs,
+    _sessions_history,
+)
+sessions_send = typed_tool(
+    "sessions_send",
+    "Send a message to another session's agent and get its reply. Its chat hears about it "
+    "only if that agent decides to announce it afterwards.",
+    SessionsSendArgs,
+    _sessions_send,
+    # The tool's own wait is bounded by timeout_seconds; leave room beyond the default.
+    timeout_s=SEND_TIMEOUT_MAX + 5,
+)
+
+
 def sessions_group() -> ToolGroup:
     return ToolGroup(
         name="sessions",
         description="List chat sessions, read their message history, and message other sessions' agents",
-        tools=(
-            Tool(
-                "sessions_list",
-                "List chat sessions, most recently active first.",
-                params(
-                    {
-                        "kinds": {
-                            "type": "array",
-                            "items": {"type": "string", "enum": list(KINDS)},
-                            "description": "Only sessions of these kinds",
-                        },
-                        "limit": {
-                            "type": "integer",
-                            "description": f"Maximum rows (default 50, max {LIST_MAX})",
-                        },
-                        "active_minutes": {
-                            "type": "integer",
-                            "description": "Only sessions active within this many minutes",
-                        },
-                        "message_limit": {
-                            "type": "integer",
-                            "description": f"Include each one's last N chat messages (0-{LIST_MESSAGES_MAX})",
-                        },
-                    }
-                ),
-                sessions_list,
-            ),
-            Tool(
-                "sessions_history",
-                "Read the messages of one session, by session key or session id.",
-                params(
-                    {
-                        "session_key": {"type": "string", "description": "Session key (e.g. 'main') or id"},
-                        "limit": {
-                            "type": "integer",
-                            "description": f"Maximum messages (default 50, max {HISTORY_MAX})",
-                        },
-                        "include_tools": {"type": "boolean", "description": "Include tool calls and results"},
-                    },
-                    ["session_key"],
-                ),
-                sessions_history,
-            ),
-            Tool(
-                "sessions_send",
-                "Send a message to another session's agent and get its reply. Its chat hears about it "
-                "only if that agent decides to announce it afterwards.",
-                params(
-                    {
-                        "session_key": {"type": "string", "description": "Session key or id to send to"},
-                        "message": {"type": "string", "description": "The message for that session's agent"},
-                        "timeout_seconds": {
-                            "type": "number",
-                            "description": "Seconds to wait for the reply "
-                            f"(default {SEND_TIMEOUT_DEFAULT:g}, max {SEND_TIMEOUT_MAX:g}); 0 does not wait",
-                        },
-                    },
-                    ["session_key", "message"],
-                ),
-                sessions_send,
-                # The tool's own wait is bounded by timeout_seconds; leave room beyond the default.
-                timeout_s=SEND_TIMEOUT_MAX + 5,
-            ),
-        ),
+        tools=(sessions_list, sessions_history, sessions_send),
     )

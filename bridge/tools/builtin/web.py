@@ -10,13 +10,14 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from functools import cache
 from html.parser import HTMLParser
-from typing import Any
 
 import httpcore
 import httpx
+from pydantic import Field
 
 from bridge.errors import BlockedAddressError
-from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
+from bridge.tools.arguments import Arguments, Positive, Text, typed_tool
+from bridge.tools.base import ToolContext, ToolGroup, ToolResult
 
 USER_AGENT = "Bridge/0.1"
 FETCH_TIMEOUT_S = 20.0
@@ -256,15 +257,11 @@ def _kind(content_type: str) -> str | None:
 # --- the tool ----------------------------------------------------------------------------------
 
 
-def _max_chars_arg(args: dict[str, Any], default: int) -> int | ToolResult:
-    value = args.get("max_chars")
-    if value is None:
-        return default
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return ToolResult.error("invalid_parameter", "Parameter 'max_chars' must be a positive integer.")
-    return value
+class WebfetchArgs(Arguments):
+    url: Text = Field(description="The http:// or https:// URL to fetch.")
+    max_chars: Positive | None = Field(
+        None, description="Return at most this many characters of text (default from settings)."
+    )
 
 
 def _check_url(url: str) -> httpx.URL | ToolResult:
@@ -295,19 +292,12 @@ def _decode(body: bytes, encoding: str | None) -> str:
         return body.decode("utf-8", errors="replace")
 
 
-async def _webfetch(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    url_arg = args.get("url")
-    if not url_arg:
-        return ToolResult.error("missing_parameter", "Required parameter 'url' is missing.")
-    if not isinstance(url_arg, str):
-        return ToolResult.error("invalid_parameter", "Parameter 'url' must be a string.")
-    url = _check_url(url_arg.strip())
+async def _webfetch(args: WebfetchArgs, ctx: ToolContext) -> ToolResult:
+    url = _check_url(args.url)
     if isinstance(url, ToolResult):
         return url
     settings = ctx.settings.tools
-    max_chars = _max_chars_arg(args, settings.web_max_chars)
-    if isinstance(max_chars, ToolResult):
-        return max_chars
+    max_chars = args.max_chars or settings.web_max_chars
 
     transport = GuardedTransport(allow_private_network=settings.allow_private_network)
     try:
@@ -376,24 +366,12 @@ async def _webfetch(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult.success(out)
 
 
-webfetch = Tool(
-    name="webfetch",
-    description=(
-        "Fetch a web page (http or https) and return its readable text: for HTML the title and "
-        "visible text, for plain text and JSON the body as is. Follows up to 5 redirects."
-    ),
-    parameters=params(
-        {
-            "url": {"type": "string", "description": "The http:// or https:// URL to fetch."},
-            "max_chars": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "Return at most this many characters of text (default from settings).",
-            },
-        },
-        required=["url"],
-    ),
-    run=_webfetch,
+webfetch = typed_tool(
+    "webfetch",
+    "Fetch a web page (http or https) and return its readable text: for HTML the title and "
+    "visible text, for plain text and JSON the body as is. Follows up to 5 redirects.",
+    WebfetchArgs,
+    _webfetch,
 )
 
 
