@@ -4,27 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
 from bridge.agent.prompt import build_system_prompt
+from bridge.agent.toolcalls import NullObserver, RunObserver, ToolCaller, not_run
 from bridge.agent.trace import RunTrace
 from bridge.config import DEFAULT_PROFILE, Settings
 from bridge.errors import ProviderError
-from bridge.jsonutil import loads
-from bridge.llm.base import ChatMessage, Completion, Provider, ToolCall
+from bridge.llm.base import ChatMessage, Completion, Provider
 from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
-from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store, ToolExchange
-from bridge.store.sqlite import dumps, new_id
+from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store
+from bridge.store.sqlite import new_id
 from bridge.text import scrub
-from bridge.tools.arguments import validate_arguments
-from bridge.tools.base import SessionMessenger, Tool, ToolContext, ToolResult
+from bridge.tools.base import SessionMessenger, ToolContext
 from bridge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -35,31 +33,6 @@ RETRY_HINT = "Your message is saved: send /retry to try again."
 RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped", "skipped"]
 # The delivery rows of a run's reply (run id, text), written in the transaction that ends the run.
 ReplyPlanner = Callable[[str, str], Awaitable[list[OutboxItem]]]
-
-
-@dataclass(slots=True)
-class ToolStep:
-    """A tool call as the activity display shows it."""
-
-    call_id: str
-    name: str
-    summary: str
-    status: Literal["running", "ok", "error"] = "running"
-    error_code: str | None = None
-
-
-class RunObserver(Protocol):
-    async def tool_started(self, step: ToolStep) -> None: ...
-
-    async def tool_finished(self, step: ToolStep) -> None: ...
-
-
-class NullObserver:
-    async def tool_started(self, step: ToolStep) -> None:
-        return None
-
-    async def tool_finished(self, step: ToolStep) -> None:
-        return None
 
 
 @dataclass(slots=True)
@@ -75,25 +48,6 @@ class RunResult:
     outbox: list[OutboxRow] = field(default_factory=list)
     # The session's history no longer fits its budget: time to compact it (after the reply).
     over_budget: bool = False
-
-
-def summarize_arguments(arguments: str, limit: int = 60) -> str:
-    """A short, one-line view of a call's arguments for the activity display."""
-    try:
-        value = loads(arguments or "{}")
-    except ValueError:
-        return "…malformed arguments"
-    if isinstance(value, dict):
-        text = ", ".join(f"{k}={_short(v)}" for k, v in value.items())
-    else:
-        text = _short(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
-    return text if len(text) <= 30 else text[:29] + "…"
 
 
 class AgentRunner:
@@ -119,6 +73,7 @@ class AgentRunner:
         self.profiles = profiles or Profiles(settings.llm, registry, provider)
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
+        self.tools = ToolCaller(settings, store, registry)
         self._redact = redactor(settings)
         self._finished = 0
 
@@ -271,12 +226,12 @@ class AgentRunner:
             for index, call in enumerate(completion.tool_calls):
                 if stop is not None:
                     # The request needs a result for every call it replays; these never ran.
-                    state.messages.append(_not_run(call))
+                    state.messages.append(not_run(call))
                     continue
                 # The model's text that came with the calls is stored once, on the first call.
                 preamble = completion.content if index == 0 else ""
                 started = RunTrace.clock()
-                result = await self._call(ctx, call, iteration, preamble, observer)
+                result = await self.tools.call(ctx, call, iteration, preamble, observer)
                 state.trace.tool_call(started, call, result)
                 state.messages.append(
                     ChatMessage(
@@ -383,89 +338,6 @@ class AgentRunner:
         state.add_usage(completion)
         return completion
 
-    async def _call(
-        self,
-        ctx: ToolContext,
-        call: ToolCall,
-        step: int,
-        preamble: str,
-        observer: RunObserver,
-    ) -> ToolResult:
-        view = ToolStep(call.id, call.name, summarize_arguments(call.arguments))
-        await observer.tool_started(view)
-        result = await self._execute(ctx, call)
-        # Call and result are written in one transaction; shielded so a cancel cannot split them.
-        await asyncio.shield(
-            self.store.add_tool_exchange(
-                ctx.session.id,
-                ctx.run_id,
-                ToolExchange(
-                    call_id=call.id,
-                    tool_name=call.name,
-                    tool_input=_stored_input(call.arguments),
-                    result=result.content,
-                    status=result.status,
-                    step=step,
-                    preamble=preamble,
-                ),
-            )
-        )
-        view.status, view.error_code = ("ok", None) if result.ok else ("error", result.code)
-        await observer.tool_finished(view)
-        return result
-
-    async def _execute(self, ctx: ToolContext, call: ToolCall) -> ToolResult:
-        try:
-            args = loads(call.arguments or "{}")
-        except ValueError as exc:
-            return ToolResult.error(
-                "invalid_arguments", f"Arguments are not valid JSON ({exc}). Send a JSON object."
-            )
-        if not isinstance(args, dict):
-            return ToolResult.error("invalid_arguments", "Arguments must be a JSON object.")
-        # Recomputed per call: a group loaded earlier in this same response is usable at once.
-        active: dict[str, Tool] = {t.name: t for t in self.registry.active_tools(ctx.loaded_groups)}
-        tool = active.get(call.name)
-        if tool is None:
-            return self._unavailable(call.name, active)
-        # One check for every tool, so the model always reads the same kind of answer to a bad call.
-        checked = validate_arguments(tool, args)
-        if isinstance(checked, ToolResult):
-            return checked
-        timeout = self.settings.tools.timeouts.get(
-            tool.name, tool.timeout_s or self.settings.tools.default_timeout_s
-        )
-        try:
-            async with asyncio.timeout(timeout):
-                return await tool.run(checked, ctx)
-        except TimeoutError:
-            return ToolResult.error("timeout", f"{tool.name} did not finish within {timeout:g} s.")
-        except Exception as exc:  # a tool bug must not break the run or the session
-            log.exception("tool %s failed", tool.name)
-            return ToolResult.error("tool_failed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
-
-    def _unavailable(self, name: str, active: dict[str, Tool]) -> ToolResult:
-        called = self.registry.group(name)
-        if called is not None:
-            tools = ", ".join(t.name for t in called.tools)
-            return ToolResult.error(
-                "not_loaded",
-                f"'{name}' is a tool group, not a tool. Call load_tool_group with group_name='{name}', "
-                f"then call one of its tools: {tools}.",
-            )
-        group = self.registry.group_of(name)
-        if group is not None:
-            return ToolResult.error(
-                "not_loaded",
-                f"Tool '{name}' belongs to tool group '{group}', which is not loaded yet. "
-                f"Call load_tool_group with group_name='{group}', then call {name} again.",
-            )
-        return ToolResult.error(
-            "unknown_tool",
-            f"There is no tool named '{name}'. Callable now: {', '.join(active)}. "
-            "Other tools come in groups: see 'Available Tool Groups' and use load_tool_group.",
-        )
-
     def _end(self, state: _RunState, status: RunStatus, reply: str) -> RunResult:
         return RunResult(state.run_id, status, reply, state.iterations)
 
@@ -518,17 +390,3 @@ class _RunState:
     def add_usage(self, completion: Completion) -> None:
         self.prompt_tokens += completion.usage.prompt_tokens
         self.completion_tokens += completion.usage.completion_tokens
-
-
-def _not_run(call: ToolCall) -> ChatMessage:
-    return ChatMessage(
-        "tool", "Not run: the run was stopped before this call.", tool_call_id=call.id, name=call.name
-    )
-
-
-def _stored_input(arguments: str) -> str:
-    """Valid JSON is stored normalized (so restoration reads it); anything else verbatim."""
-    try:
-        return dumps(loads(arguments or "{}"))
-    except ValueError:
-        return arguments

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from bridge.agent.runner import ToolStep
+from bridge.agent.toolcalls import ToolStep
 from bridge.events import Outbound, Route
 
 if TYPE_CHECKING:

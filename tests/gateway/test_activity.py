@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bridge.agent.runner import ToolStep
+from bridge.agent.toolcalls import ToolStep
 from bridge.events import Route
 from bridge.gateway.delivery import Delivery
 from tests.harness import RecordingSender
