@@ -16,14 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bridge import __version__
-from bridge.config import (
-    Settings,
-    known_surfaces,
-    load_settings,
-    mask_url,
-    render_settings,
-    resolve_config_path,
-)
+from bridge.config import Settings, known_surfaces, mask_url
+from bridge.config_io import load_settings, render_settings, resolve_config_path
 from bridge.errors import AdapterStartError, ConfigError, StoreError
 from bridge.logs import redactor, setup_logging
 

@@ -8,7 +8,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from bridge.config import Settings, load_settings
+from bridge.config import Settings
+from bridge.config_io import load_settings
 from bridge.errors import ConfigError
 
 log = logging.getLogger(__name__)
