@@ -18,9 +18,9 @@ from bridge.llm.textmode import (
     NativeModeProvider,
     TextModeProvider,
     parse_reply,
-    render_call,
     without_calls,
 )
+from bridge.llm.textprompt import render_call
 from tests.agent.test_text_mode import TEXT, fenced
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI

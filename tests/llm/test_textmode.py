@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.llm.base import ChatMessage, ToolCall
-from bridge.llm.textmode import describe_tools, parse_leaked, parse_reply, render_call, to_text_messages
+from bridge.llm.textmode import parse_leaked, parse_reply
+from bridge.llm.textprompt import describe_tools, render_call, to_text_messages
 
 ALLOWED = {"list_files", "get_current_time", "load_tool_group"}
 
