@@ -15,7 +15,7 @@ from bridge.agent.prompt import build_system_prompt
 from bridge.agent.toolcalls import NullObserver, RunObserver, ToolCaller, not_run
 from bridge.agent.trace import RunTrace
 from bridge.config import DEFAULT_PROFILE, Settings
-from bridge.errors import ProviderError
+from bridge.errors import BridgeError, ProviderError
 from bridge.llm.base import ChatMessage, Completion, Provider
 from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
@@ -150,7 +150,7 @@ class AgentRunner:
                 f"⚠️ I ran out of time ({agent.run_timeout_s:g} s) on this request. {RETRY_HINT}",
             )
         except ProviderError as exc:
-            result = self._end(state, "error", f"⚠️ {exc.message} {RETRY_HINT}")
+            result = self._end(state, "error", f"⚠️ {exc.user_message or exc.message} {RETRY_HINT}")
         except asyncio.CancelledError:
             await asyncio.shield(self._finish(state, "cancelled", "cancelled"))
             raise
@@ -187,9 +187,10 @@ class AgentRunner:
         return result
 
     def _failed(self, state: _RunState, exc: BaseException) -> RunResult:
-        return self._end(
-            state, "error", f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}"
-        )
+        # A BridgeError may say what the user should hear; anything else is a bug, named but not shown.
+        said = exc.user_message if isinstance(exc, BridgeError) else None
+        what = said or f"Something went wrong while answering ({type(exc).__name__})."
+        return self._end(state, "error", f"⚠️ {what} {RETRY_HINT}")
 
     async def _loop(self, ctx: ToolContext, state: _RunState, observer: RunObserver) -> RunResult:
         agent = self.settings.agent

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.app import Bridge
+from bridge.errors import StoreError
 from bridge.llm.base import Completion
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
 from tests.fakes import openai_server as fake
@@ -280,15 +281,16 @@ async def test_a_saved_memory_is_in_the_prompt_of_later_turns_even_after_clear(
 
 
 class _BrokenOnceProvider:
-    """A provider with a bug on its first call, then well again."""
+    """A provider that raises `error` on its first call, then is well again."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Exception | None = None) -> None:
         self.calls = 0
+        self.error = error or KeyError("choices")
 
     async def complete(self, messages: list[Any], tools: list[dict[str, Any]]) -> Any:
         self.calls += 1
         if self.calls == 1:
-            raise KeyError("choices")
+            raise self.error
         return Completion(content="fine now")
 
     async def aclose(self) -> None:
@@ -308,3 +310,18 @@ async def test_an_unexpected_error_is_reported_recorded_and_the_next_message_wor
     assert "Something went wrong" in first and "KeyError" in first
     assert run is not None and run.status == "error"
     assert second == "fine now"
+
+
+async def test_a_bridge_error_that_escapes_a_run_shows_its_user_message_not_its_log_text(
+    tmp_path: Path,
+) -> None:
+    error = StoreError("database is locked at /srv/bot/bridge.db", user_message="I couldn't save that.")
+    bridge = Bridge(make_settings(tmp_path, "http://127.0.0.1:9/v1"), provider=_BrokenOnceProvider(error))
+    sender = RecordingSender()
+    bridge.add_sender(sender)
+    async with bridge:
+        h = Harness(bridge, sender, llm=None)  # type: ignore[arg-type]
+        await h.say("first")
+    (reply,) = sender.of("reply")
+    assert "I couldn't save that." in reply and "/retry" in reply
+    assert "/srv/bot" not in reply  # the operator's text (a path) stays in the log
