@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TextIO
 
+from bridge.config import Settings
 from bridge.errors import IntakeUnavailable
 from bridge.events import Inbound, InboundHandler, Outbound, Route
 
@@ -60,6 +61,11 @@ class ConsoleAdapter:
         self._readline: ModuleType | None = None
         self._ids = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ConsoleAdapter:
+        # Line history beside the database, so each bot (each config) keeps its own.
+        return cls(history=settings.storage.path.parent / "chat_history")
 
     async def start(self, handler: InboundHandler) -> None:
         # input() edits lines only on the process's own terminal, not on a stream handed in.

@@ -295,9 +295,9 @@ def _watch_config(bridge: Bridge, settings: Settings, path: Path | None) -> Conf
 async def chat(settings: Settings, path: Path | None = None) -> int:
     # Imported here so `check-config` stays fast and works even if a runtime dependency is broken.
     from bridge.app import Bridge, load_adapter_class
+    from bridge.gateway.lifecycle import GuardedAdapter
 
-    # Line history beside the database, so each bot (each config) keeps its own.
-    console = load_adapter_class("console")(history=settings.storage.path.parent / "chat_history")
+    console = GuardedAdapter(load_adapter_class("console").from_settings(settings))
     # The reloader compares later edits with what the file said, not with the local model's
     # settings put in their place below, which would look like edits waiting for a restart.
     file_settings = settings
@@ -429,12 +429,14 @@ def _stop_on_signals(stop: asyncio.Event, grace_s: float) -> None:
 
 async def run(settings: Settings, path: Path | None = None) -> int:
     from bridge.app import Bridge, load_adapter_class
+    from bridge.gateway.lifecycle import GuardedAdapter
 
     names = enabled_platforms(settings)
     if not names:
         print("bridge: nothing to run: enable a platform, e.g. [telegram] enabled = true", file=sys.stderr)
         return EXIT_CONFIG
-    adapters = [load_adapter_class(name).from_settings(settings) for name in names]
+    # Guarded: the lifecycle in adapters/base.py holds for every adapter, third-party ones included.
+    adapters = [GuardedAdapter(load_adapter_class(name).from_settings(settings)) for name in names]
     stop = asyncio.Event()
     _stop_on_signals(stop, settings.runs.shutdown_grace_s)
     async with Bridge(settings) as bridge:

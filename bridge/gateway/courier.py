@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+from bridge.errors import AdapterLifecycleError
 from bridge.events import Outbound, OutboundKind, Route, Sender
 from bridge.store.base import OutboxRow, OutboxState, Store
 
@@ -121,7 +122,19 @@ class Courier:
                 await self._mark(row.id, "failed", reason=EARLIER_PART_FAILED)
                 ids.append(None)
                 continue
-            message_id, ok = await self._send(row)
+            try:
+                message_id, ok = await self._send(row)
+            except AdapterLifecycleError as exc:
+                # The adapter is not running (not started yet, or stopped): nothing reached the
+                # platform, so this row and the rest stay `pending`, for the next start to send.
+                log.warning(
+                    "%s is not running; %d outbox row(s) stay queued: %s",
+                    row.item.surface,
+                    len(rows) - len(ids),
+                    exc,
+                )
+                await self._mark(row.id, "pending")
+                return ids + [None] * (len(rows) - len(ids))
             if not ok:
                 failed_item = item_id
             ids.append(message_id)
@@ -137,6 +150,8 @@ class Courier:
         await self._mark(row.id, "sending")
         try:
             message_id = await sender.send(outbound_of(row))
+        except AdapterLifecycleError:
+            raise
         except Exception as exc:
             log.exception("sending %s to %s failed", item.kind, item.surface)
             await self._mark(row.id, "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
