@@ -20,18 +20,32 @@ from bridge.config import DiscordSettings, Settings
 from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import ChatType, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
+from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, with_retries
 from bridge.text import split_message
 
 log = logging.getLogger(__name__)
 
 TEXT_LIMIT = 2000
 SEND_ATTEMPTS = 4
+SEND_BACKOFF = Backoff(attempts=SEND_ATTEMPTS, cap=8.0)
 READY_TIMEOUT_S = 60.0
-# A message the store could not take is offered again for about a minute before it is given up.
+# A message the store could not take is offered again for up to a minute before it is given up:
+# Discord never delivers an event twice, so this is all the redelivery it gets.
 INTAKE_ATTEMPTS = 8
 INTAKE_BACKOFF_CAP_S = 15.0
+INTAKE_BACKOFF = Backoff(attempts=INTAKE_ATTEMPTS, cap=INTAKE_BACKOFF_CAP_S, total_s=60.0)
 _COMMAND_NAMES = frozenset(name for name, _ in COMMANDS)
 _CHAT_MESSAGE_TYPES = (discord.MessageType.default, discord.MessageType.reply)
+
+
+def _send_verdict(exc: BaseException) -> Verdict:
+    """A lost connection or a 5xx is retried (discord.py retries 500/502/504 itself; this adds 503)."""
+    return RETRY if isinstance(exc, aiohttp.ClientError | discord.DiscordServerError | OSError) else GIVE_UP
+
+
+def _intake_verdict(exc: BaseException) -> Verdict:
+    """The store could not take the message now: offer it again. Anything else is not the store's."""
+    return RETRY if isinstance(exc, IntakeUnavailable) else GIVE_UP
 
 
 def point_discord_at(api_base: str | None, gateway_url: str | None) -> None:
@@ -144,18 +158,15 @@ class DiscordAdapter:
             inbound = self.normalize(message)
             if inbound is None:
                 return
-            for attempt in range(1, INTAKE_ATTEMPTS + 1):
-                try:
-                    await self._handler(inbound)
-                    return
-                except IntakeUnavailable as exc:
-                    if attempt == INTAKE_ATTEMPTS:
-                        raise
-                    wait = min(INTAKE_BACKOFF_CAP_S, 0.5 * 2 ** (attempt - 1))
-                    log.warning(
-                        "Discord: message %s not stored yet (%s); again in %.1f s", message.id, exc, wait
-                    )
-                    await self._sleep(wait)
+            handler = self._handler
+            await with_retries(
+                lambda: handler(inbound),
+                what=f"Discord: storing message {message.id}",
+                log=log,
+                classify=_intake_verdict,
+                backoff=INTAKE_BACKOFF,
+                sleep=self._sleep,
+            )
         except Exception:
             log.exception(
                 "Discord: message %s in channel %s could not be handled; skipped",
@@ -253,17 +264,19 @@ class DiscordAdapter:
         never posts the chunk twice. discord.py retries 500/502/504 itself (with that same payload);
         this covers dropped connections and 503.
         """
-        for attempt in range(1, SEND_ATTEMPTS + 1):
-            try:
-                return await channel.send(
-                    chunk, nonce=nonce, allowed_mentions=discord.AllowedMentions.none(), **extra
-                )
-            except (aiohttp.ClientError, discord.DiscordServerError, OSError):
-                if attempt == SEND_ATTEMPTS:
-                    raise
-                log.info("Discord: send failed, retrying (attempt %d of %d)", attempt + 1, SEND_ATTEMPTS)
-                await self._sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
-        raise AssertionError("unreachable")
+        return await with_retries(
+            lambda: channel.send(
+                chunk, nonce=nonce, allowed_mentions=discord.AllowedMentions.none(), **extra
+            ),
+            what="Discord: send",
+            log=log,
+            classify=_send_verdict,
+            backoff=SEND_BACKOFF,
+            # The nonce makes a repeat of a send that did arrive harmless.
+            safe_to_resend=True,
+            level=logging.INFO,
+            sleep=self._sleep,
+        )
 
     async def edit(self, route: Route, message_id: str, text: str) -> None:
         channel = self.client.get_partial_messageable(int(route.chat_id))

@@ -41,6 +41,7 @@ from bridge.config import Settings, TelegramSettings
 from bridge.errors import AdapterStartError
 from bridge.events import Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
+from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after, with_retries
 from bridge.text import split_message, utf16_len
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ MAX_ATTEMPTS = 5
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 RETRY_AFTER_CAP_S = 120.0
+SEND_BACKOFF = Backoff(
+    attempts=MAX_ATTEMPTS, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, retry_after_cap=RETRY_AFTER_CAP_S
+)
 # Connections for sends and edits; PTB's Application used as many.
 SEND_CONNECTIONS = 256
 _MEDIA_KINDS = (
@@ -76,13 +80,24 @@ def _retry_after_s(exc: RetryAfter) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PTBDeprecationWarning)
         value = exc.retry_after
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    return min(seconds, RETRY_AFTER_CAP_S)
+    # Capped by SEND_BACKOFF's retry_after_cap.
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 def _surely_unsent(exc: TimedOut) -> bool:
     """A connect or pool timeout never reached Telegram; a read timeout may have been delivered."""
     return isinstance(exc.__cause__, httpx.ConnectTimeout | httpx.PoolTimeout) or "not* sent" in str(exc)
+
+
+def _classify(exc: BaseException) -> Verdict:
+    """A Bot API failure: flood control names its wait; a refusal is final; the network is retried."""
+    if isinstance(exc, RetryAfter):
+        return retry_after(_retry_after_s(exc))
+    if isinstance(exc, BadRequest | Forbidden | InvalidToken):
+        return GIVE_UP
+    if isinstance(exc, TimedOut):
+        return Verdict(True, may_have_arrived=not _surely_unsent(exc))
+    return RETRY if isinstance(exc, NetworkError) else GIVE_UP
 
 
 class TelegramAdapter:
@@ -360,27 +375,16 @@ class TelegramAdapter:
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         """Honour RetryAfter; retry network errors and 5xx, but never resend what may have arrived."""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                return await call()
-            except RetryAfter as exc:
-                if attempt == MAX_ATTEMPTS:
-                    raise
-                wait = _retry_after_s(exc)
-            except (BadRequest, Forbidden, InvalidToken):
-                raise
-            except TimedOut as exc:
-                # A read timeout may mean Telegram got it: resending could post it twice.
-                if attempt == MAX_ATTEMPTS or not (idempotent or _surely_unsent(exc)):
-                    raise
-                wait = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
-            except NetworkError:
-                if attempt == MAX_ATTEMPTS:
-                    raise
-                wait = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
-            log.info("Telegram: retrying in %.1f s (attempt %d of %d)", wait, attempt + 1, MAX_ATTEMPTS)
-            await self._sleep(wait)
-        raise AssertionError("unreachable")
+        return await with_retries(
+            call,
+            what="Telegram request",
+            log=log,
+            classify=_classify,
+            backoff=SEND_BACKOFF,
+            safe_to_resend=idempotent,
+            level=logging.INFO,
+            sleep=self._sleep,
+        )
 
 
 def _visible(markup: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +14,7 @@ from telegram.error import Conflict, InvalidToken, TelegramError
 
 from bridge.errors import IntakeUnavailable
 from bridge.jsonutil import loads
+from bridge.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,8 @@ ALLOWED_UPDATES = ["message"]
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
+# Tries are unlimited: the poller's loop counts them, and only the waits come from here.
+POLL_BACKOFF = Backoff(base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S)
 # A failing streak logs its first failure and then every LOG_EVERY-th: at the cap that is one line
 # every ~5 minutes, where PTB's own updater wrote ~1 MB a second against one unparsable update.
 LOG_EVERY = 10
@@ -105,9 +107,13 @@ class Intake:
 
 
 class Streak:
-    """A run of failures of one kind: its growing, jittered wait and the few log lines it deserves."""
+    """A run of failures of one kind: its growing, jittered wait and the few log lines it deserves.
 
-    def __init__(self, what: str, then: str = "retrying in {wait:.1f} s") -> None:
+    The poller never gives up (there is nothing to give up to), so it keeps its own loop; the waits
+    are bridge.retry's back-off, and the line reads like that helper's.
+    """
+
+    def __init__(self, what: str, then: str = "retrying") -> None:
         self.what = what
         self.then = then
         self.failures = 0
@@ -115,13 +121,10 @@ class Streak:
     def failed(self, reason: str) -> float:
         """Count a failure and return how long to wait before the next try."""
         self.failures += 1
-        # Jitter in [0.75, 1]: the waits still double, and many bots don't come back in step.
-        wait = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(self.failures - 1, 16))
-        wait *= random.uniform(0.75, 1.0)
+        wait = POLL_BACKOFF.wait(self.failures)
         if self.failures == 1 or self.failures % LOG_EVERY == 0:
             times = "" if self.failures == 1 else f" ({self.failures} times in a row)"
-            then = self.then.format(wait=wait)
-            log.warning("Telegram: %s failed%s: %s; %s", self.what, times, reason, then)
+            log.warning("Telegram: %s failed (%s); %s in %.1f s%s", self.what, reason, self.then, wait, times)
         return wait
 
     def succeeded(self) -> None:
@@ -192,7 +195,7 @@ class Poller:
 
     async def _run(self) -> None:
         polling = Streak("polling (getUpdates)")
-        storing = Streak("storing an update", then="offering it again in {wait:.1f} s")
+        storing = Streak("storing an update", then="offering it again")
         while not self._stopping:
             try:
                 batch = await self._fetch()

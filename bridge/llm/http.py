@@ -14,9 +14,9 @@ from bridge.config import REDACTED, LLMSettings, mask_url
 from bridge.errors import ProviderError
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion
-from bridge.llm.retry import RetryableError, Sleep, parse_retry_after, with_retries
 from bridge.localmodel import is_local_model_url
 from bridge.logs import redacting, secret_values
+from bridge.retry import Backoff, RetryableError, Sleep, parse_retry_after, with_retries
 
 # Statuses that say "this exact request will never work": retrying only delays the bad news.
 NOT_RETRYABLE_KEY = frozenset({401, 403})
@@ -76,9 +76,12 @@ class HTTPProvider:
         self._api_key = settings.api_key.get_secret_value()
         # The key at any length (a short one is still a key), and the credentials in base_url.
         self._redact_secrets = redacting([*secret_values(settings), self._api_key])
-        self._backoff_base = backoff_base
-        self._backoff_cap = backoff_cap
-        self._retry_after_cap = retry_after_cap
+        self._backoff = Backoff(
+            attempts=settings.max_retries + 1,
+            base=backoff_base,
+            cap=backoff_cap,
+            retry_after_cap=retry_after_cap,
+        )
         self._sleep = sleep
         # Named after the concrete provider's module, so log filters keep working per provider.
         self._log = logging.getLogger(type(self).__module__)
@@ -91,12 +94,11 @@ class HTTPProvider:
         try:
             completion = await with_retries(
                 lambda: self._attempt(body),
-                max_retries=self._settings.max_retries,
-                backoff_base=self._backoff_base,
-                backoff_cap=self._backoff_cap,
-                retry_after_cap=self._retry_after_cap,
+                what="Model request",
+                log=self._log,
+                backoff=self._backoff,
+                describe=self._reason,
                 sleep=self._sleep,
-                on_retry=self._log_retry,
             )
         except AttemptFailed as failure:
             raise self._exhausted(failure) from None
@@ -221,15 +223,9 @@ class HTTPProvider:
             return "Start it with `bridge local-model start`."
         return "Check that it is running and that [llm] base_url is right."
 
-    def _log_retry(self, error: RetryableError, attempt: int, wait: float) -> None:
-        total = self._settings.max_retries + 1
-        self._log.warning(
-            "Model request failed (%s); retrying in %.1f s (attempt %d of %d)",
-            self._redact(error.reason),
-            wait,
-            attempt,
-            total,
-        )
+    def _reason(self, error: BaseException) -> str:
+        """A failed attempt for the retry log line: its reason, secrets masked."""
+        return self._redact(error.reason if isinstance(error, RetryableError) else str(error))
 
     def _redact(self, text: str) -> str:
         # Servers sometimes echo the key back ("Incorrect API key provided: sk-..."); never pass it on.
