@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING
 from bridge import __version__
 from bridge.config import Settings, known_surfaces, mask_url
 from bridge.config_io import load_settings, render_settings, resolve_config_path
-from bridge.errors import AdapterStartError, ConfigError, StoreError
+from bridge.errors import (
+    AdapterStartError,
+    BridgeError,
+    ConfigError,
+    LocalModelError,
+    SessionKeyError,
+    StoreError,
+)
 from bridge.logs import redactor, setup_logging
 
 if TYPE_CHECKING:
@@ -121,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
-        print(f"bridge: config error:\n{exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return fail(exc)
     if args.command == "check-config":
         return check_config(settings, args.config)
     if args.command == "trace":
@@ -137,18 +143,31 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_config_path(args.config)
     try:
         return asyncio.run(chat(settings, path) if args.command == "chat" else run(settings, path))
-    except AdapterStartError as exc:
-        # Not through logging, so not through its filter: a platform's error can quote its API URL.
-        print(f"bridge: {mask_url(redactor(settings)(str(exc)))}", file=sys.stderr)
-        return EXIT_RUNTIME
-    except ConfigError as exc:
-        print(f"bridge: config error:\n{exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except StoreError as exc:
-        print(f"bridge: storage error: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
+    except (AdapterStartError, ConfigError, StoreError) as exc:
+        return fail(exc, settings)
     except KeyboardInterrupt:
         return 130
+
+
+# How each kind of error is introduced on the CLI; the first class that matches wins.
+_LABELS: tuple[tuple[type[BridgeError], str], ...] = (
+    (SessionKeyError, ""),
+    (ConfigError, "config error:\n"),
+    (StoreError, "storage error: "),
+    (LocalModelError, "local model: "),
+)
+
+
+def fail(exc: BridgeError, settings: Settings | None = None, *, doing: str | None = None) -> int:
+    """Print a BridgeError for the operator, what went wrong and then what to do, and return the exit
+    status it calls for: 2 for a config error, 1 for anything else."""
+    text = exc.for_log()
+    if settings is not None:
+        # Not through logging, so not through its filter: a platform's error can quote its API URL.
+        text = mask_url(redactor(settings)(text))
+    label = f"{doing}: " if doing else next((lab for cls, lab in _LABELS if isinstance(exc, cls)), "")
+    print(f"bridge: {label}{text}", file=sys.stderr)
+    return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_RUNTIME
 
 
 def check_config(settings: Settings, path: Path | None) -> int:
@@ -159,8 +178,7 @@ def check_config(settings: Settings, path: Path | None) -> int:
         # The tools the app would offer, built as the app builds them: manifests and disabled names.
         build_registry(settings)
     except ConfigError as exc:
-        print(f"bridge: config error:\n{exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return fail(exc, settings)
     # Not an error at load, so `bridge run` starts with one unused profile lacking its key (it warns,
     # and that profile answers with an error); checking the config is when to hear about it.
     if missing := settings.llm.missing_keys():
@@ -196,8 +214,7 @@ async def show_trace(settings: Settings, run_id: str, *, as_json: bool) -> int:
             run = await store.get_run(run_id)
             text = await store.get_trace(run_id) if run else None
     except StoreError as exc:
-        print(f"bridge: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
+        return fail(exc, settings)
     if run is None:
         print(f"bridge: no run with id {run_id!r}; `bridge runs` lists them", file=sys.stderr)
         return EXIT_RUNTIME
@@ -217,8 +234,7 @@ async def list_runs(settings: Settings, session_key: str | None, limit: int) -> 
         async with _existing_store(settings) as store:
             runs = await store.list_runs(session_key=session_key, limit=limit)
     except StoreError as exc:
-        print(f"bridge: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
+        return fail(exc, settings)
     row = "{:<16}  {:<19}  {:<9}  {:>5}  {:>7}  {:>6}  {}"
     print(row.format("run id", "started (UTC)", "status", "steps", "tokens", "secs", "session"))
     for run, key in runs:
@@ -239,23 +255,20 @@ async def backup_database(settings: Settings, target: Path) -> int:
         async with _existing_store(settings) as store:
             await store.backup(target)
     except StoreError as exc:
-        print(f"bridge: backup failed: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
+        return fail(exc, settings, doing="backup failed")
     print(f"backed up {settings.storage.path} to {target}")
     return 0
 
 
 async def explain_policy(settings: Settings, key: str, surface: str | None) -> int:
     """`bridge policy explain KEY`: each rule, whether it matches, and what decides."""
-    from bridge.errors import SessionKeyError
     from bridge.gateway.policy import Place, SendPolicy
     from bridge.sessions.keys import parse
 
     try:
         parse(key)
     except SessionKeyError as exc:
-        print(f"bridge: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return fail(exc, settings)
     if surface is not None and surface not in (known := known_surfaces()):
         print(
             f"bridge: --surface {surface!r} is not a known surface; known surfaces: {', '.join(known)}",
@@ -269,8 +282,7 @@ async def explain_policy(settings: Settings, key: str, surface: str | None) -> i
             async with _existing_store(settings) as store:
                 session = await store.active_session(key)
         except StoreError as exc:
-            print(f"bridge: storage error: {exc}", file=sys.stderr)
-            return EXIT_RUNTIME
+            return fail(exc, settings)
     surface = surface or (session.surface if session else None)
     place = Place.of(key, surface)
     for line in SendPolicy(settings.session.send_policy).explain(
@@ -354,7 +366,6 @@ def with_local_model(settings: Settings, base_url: str, mode: str) -> Settings:
 
 def local_model(args: argparse.Namespace) -> int:
     """`bridge local-model start|stop|status`."""
-    from bridge.errors import LocalModelError
     from bridge.localmodel import LocalModel
 
     manager = LocalModel()
@@ -376,8 +387,7 @@ def local_model(args: argparse.Namespace) -> int:
             return 0
         manager.start(port=args.port, mode=args.mode)
     except LocalModelError as exc:
-        print(f"bridge: local model: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
+        return fail(exc)
     except KeyboardInterrupt:
         return 130
     print("Now run `bridge chat`: it uses this model while no [llm] base_url is configured.")

@@ -47,13 +47,11 @@ class BridgeError(Exception):
     def for_log(self) -> str:
         """The message with its remedy, for a log line or the CLI."""
         text = str(self) or type(self).__name__
-        return f"{text} ({self.remedy})" if self.remedy else text
+        return f"{text}; {self.remedy}" if self.remedy else text
 
 
 class ConfigError(BridgeError):
-    """A configuration problem, worded for the operator: which key, and why."""
-
-    remedy: str | None = "fix the config file and run `bridge check-config`"
+    """A configuration problem, worded for the operator: which key, and why (that is its remedy)."""
 
 
 class ManifestError(ConfigError, ValueError):
@@ -67,14 +65,9 @@ class RegistryError(ConfigError, ValueError):
 class SessionKeyError(ConfigError, ValueError):
     """A session key that is malformed, reserved or unbuildable; the message shows the key and the problem."""
 
-    # Keys come from the CLI and from tool calls as well as from the config.
-    remedy: str | None = None
-
 
 class StoreError(BridgeError):
-    """The database cannot be used (corrupt, locked by another version, unwritable)."""
-
-    remedy: str | None = "check the free disk space and the permissions of [storage] path"
+    """The database cannot be used (corrupt, locked by another version, unwritable); each says what to do."""
 
 
 class IntakeUnavailable(StoreError):
@@ -116,9 +109,7 @@ class PlatformError(BridgeError):
 
 
 class AdapterStartError(PlatformError):
-    """An adapter could not start (bad token, unreachable API); the message is for the operator."""
-
-    remedy: str | None = "check the adapter's token and that its API is reachable, then start again"
+    """An adapter could not start (bad token, unreachable API); the message says which setting to check."""
 
 
 class AdapterLifecycleError(PlatformError):

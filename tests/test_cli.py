@@ -319,7 +319,7 @@ async def test_backup_copies_the_database_and_refuses_to_overwrite(tmp_path: Pat
         contents = [row[0] for row in db.execute("SELECT content FROM messages WHERE kind = 'user'")]
     assert contents == ["hello"]
     again = await bridge("backup", str(target), "--config", str(config), cwd=tmp_path)
-    assert again.code != 0 and "already exists" in again.stderr
+    assert again.code != 0 and "already exists; choose a new file for the backup" in again.stderr
     assert_no_traceback(again)
 
 
@@ -334,6 +334,7 @@ async def test_a_damaged_database_stops_the_bot_with_a_clear_message(tmp_path: P
         done = await bridge("chat", "--config", str(config), cwd=tmp_path, lines=("hello",))
     assert done.code == 1
     assert "is damaged and was left untouched" in done.stderr
+    assert done.stderr.rstrip().endswith("or move the file away to start with an empty database")
     assert_no_traceback(done)
     assert db.read_bytes() == before
 

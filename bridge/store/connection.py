@@ -41,7 +41,10 @@ class SQLiteConnection:
             await self._migrate()
         except sqlite3.DatabaseError as exc:
             await self.close()
-            raise StoreError(f"database {self.path} is not usable: {exc}") from None
+            raise StoreError(
+                f"database {self.path} is not usable: {exc}",
+                remedy="check that [storage] path names a Bridge database, or move the file away",
+            ) from None
         except BaseException:
             # A refused schema version must not leave the connection (and its thread) open.
             await self.close()
@@ -63,7 +66,8 @@ class SQLiteConnection:
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"database {self.path} has schema version {version}, newer than this Bridge "
-                f"understands ({SCHEMA_VERSION}); upgrade Bridge or use another [storage] path"
+                f"understands ({SCHEMA_VERSION})",
+                remedy="upgrade Bridge, or use another [storage] path",
             )
         return version
 
@@ -74,15 +78,16 @@ class SQLiteConnection:
         if problems:
             raise StoreError(
                 f"database {self.path} is damaged and was left untouched (integrity_check: "
-                f"{'; '.join(problems)}). Restore a backup (made with `bridge backup`), or move the "
-                "file away to start with an empty database."
+                f"{'; '.join(problems)})",
+                remedy="restore a backup (made with `bridge backup`), or move the file away to start "
+                "with an empty database",
             )
 
     async def backup(self, target: Path) -> None:
         """An online, consistent copy of the whole database (SQLite's backup API) at `target`."""
         target = Path(target)
         if target.exists():
-            raise StoreError(f"{target} already exists; choose a new file for the backup")
+            raise StoreError(f"{target} already exists", remedy="choose a new file for the backup")
         copy = await _connect(target, "write")
         try:
             await self.db.backup(copy)
@@ -141,13 +146,18 @@ class SQLiteConnection:
             raise StoreError(f"database {self.path}: {exc}") from exc
 
 
+_CHECK_PATH = "check the permissions of the folder and the free disk space"
+
+
 async def _connect(path: Path, what: str) -> aiosqlite.Connection:
     """An aiosqlite connection to `path` (its folder made first); StoreError naming the path if not."""
     if str(path) != ":memory:":
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"cannot {what} {path}: cannot create its folder ({exc.strerror})") from None
+            raise StoreError(
+                f"cannot {what} {path}: cannot create its folder ({exc.strerror})", remedy=_CHECK_PATH
+            ) from None
     connecting = aiosqlite.connect(path, isolation_level=None)
     try:
         return await connecting
@@ -155,7 +165,7 @@ async def _connect(path: Path, what: str) -> aiosqlite.Connection:
         # aiosqlite has queued the stop of its thread; let it finish while this loop still runs, or
         # it reports "Event loop is closed" from that thread after our error is printed.
         await asyncio.to_thread(connecting._thread.join)
-        raise StoreError(f"cannot {what} {path}: {exc}") from None
+        raise StoreError(f"cannot {what} {path}: {exc}", remedy=_CHECK_PATH) from None
 
 
 async def _on_thread(db: aiosqlite.Connection, fn: Callable[[*Ts], T], *args: *Ts) -> T:
