@@ -220,17 +220,17 @@ class Compactor:
             completion = await self.provider_for(session).complete(messages, [])
         except ProviderError as exc:
             trace.model_call(clock, messages, [], error=exc.message, error_detail=exc.detail)
-            return await self._record(session, run_id, started, trace, usage, None, exc.message)
+            return await self._record(session, run_id, started, trace, usage=usage, error=exc.message)
         trace.model_call(clock, messages, [], completion)
         usage = (completion.usage.prompt_tokens, completion.usage.completion_tokens)
         content = completion.content.strip()
         if not content or completion.tool_calls:
             return await self._record(
-                session, run_id, started, trace, usage, None, "the model wrote no summary"
+                session, run_id, started, trace, usage=usage, error="the model wrote no summary"
             )
         # A model that ignores the limit still may not fill the budget it was meant to free.
         summary = NewSummary(cover[-1].upto, truncate(content, 2 * limit), len(cover), replaced)
-        return await self._record(session, run_id, started, trace, usage, summary, None)
+        return await self._record(session, run_id, started, trace, usage=usage, summary=summary)
 
     async def _record(
         self,
@@ -238,9 +238,10 @@ class Compactor:
         run_id: str,
         started: float,
         trace: RunTrace,
+        *,
         usage: tuple[int, int],
-        summary: NewSummary | None,
-        error: str | None,
+        summary: NewSummary | None = None,
+        error: str | None = None,
     ) -> Outcome:
         status = "ok" if error is None else "error"
         if error is not None:

@@ -175,13 +175,15 @@ class AgentRunner:
         error = None if result.status == "ok" else result.stop_reason or result.reply
         planned = await reply(state.run_id, result.reply) if reply is not None else []
         try:
-            ids = await self._finish(state, result.status, error, answer, session_id, planned)
+            ids = await self._finish(
+                state, result.status, error, answer=answer, session_id=session_id, outbox=planned
+            )
         except Exception as exc:
             log.exception("storing the end of run %s failed", state.run_id)
             result = self._failed(state, exc)
             planned = await reply(state.run_id, result.reply) if reply is not None else []
             ids = await self._finish(
-                state, "error", f"storing the answer failed: {exc!r}"[:500], None, None, planned
+                state, "error", f"storing the answer failed: {exc!r}"[:500], outbox=planned
             )
         result.outbox = [OutboxRow(i, item, None, 0.0) for i, item in zip(ids, planned, strict=True)]
         return result
@@ -347,6 +349,7 @@ class AgentRunner:
         state: _RunState,
         status: str,
         error: str | None,
+        *,
         answer: str | None = None,
         session_id: str | None = None,
         outbox: list[OutboxItem] | None = None,
