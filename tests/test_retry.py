@@ -111,36 +111,25 @@ async def test_the_last_failure_is_raised_with_the_number_of_attempts(time: Fake
     assert raised.value.attempts == 4 and call.calls == 4
 
 
-async def test_a_failure_that_may_have_arrived_is_not_sent_again_when_a_resend_would_show_twice(
-    time: FakeTime,
+@pytest.mark.parametrize(
+    ("may_have_arrived", "safe_to_resend", "calls"),
+    [(True, False, 1), (False, False, 2), (True, True, 2)],
+    ids=["may have arrived: not sent twice", "surely not arrived: resent", "idempotent: repeated"],
+)
+async def test_a_failure_is_repeated_only_if_it_surely_did_not_arrive_or_a_repeat_is_harmless(
+    time: FakeTime, may_have_arrived: bool, safe_to_resend: bool, calls: int
 ) -> None:
-    def read_timeout(exc: BaseException) -> Verdict:
-        return Verdict(True, may_have_arrived=True)
+    def timed_out(exc: BaseException) -> Verdict:
+        # A read timeout may have arrived; a connect timeout surely did not.
+        return Verdict(True, may_have_arrived=may_have_arrived)
 
-    call = Flaky(TimeoutError("read timeout"))
-    with pytest.raises(TimeoutError):
-        await run(call, time, classify=read_timeout, safe_to_resend=False)
-    assert call.calls == 1
-
-
-async def test_a_failure_that_surely_did_not_arrive_is_resent_even_when_resending_is_unsafe(
-    time: FakeTime,
-) -> None:
-    def connect_timeout(exc: BaseException) -> Verdict:
-        return Verdict(True, may_have_arrived=False)
-
-    call = Flaky(TimeoutError("connect timeout"))
-    assert await run(call, time, classify=connect_timeout, safe_to_resend=False) == "ok"
-    assert call.calls == 2
-
-
-async def test_an_idempotent_call_is_repeated_even_when_it_may_have_arrived(time: FakeTime) -> None:
-    def read_timeout(exc: BaseException) -> Verdict:
-        return Verdict(True, may_have_arrived=True)
-
-    call = Flaky(TimeoutError("read timeout"))
-    assert await run(call, time, classify=read_timeout, safe_to_resend=True) == "ok"
-    assert call.calls == 2
+    call = Flaky(TimeoutError("timed out"))
+    if calls == 1:
+        with pytest.raises(TimeoutError):
+            await run(call, time, classify=timed_out, safe_to_resend=safe_to_resend)
+    else:
+        assert await run(call, time, classify=timed_out, safe_to_resend=safe_to_resend) == "ok"
+    assert call.calls == calls
 
 
 async def test_the_total_time_cap_gives_up_before_a_wait_that_would_end_past_it(time: FakeTime) -> None:
