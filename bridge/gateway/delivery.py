@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
@@ -68,24 +69,26 @@ class Delivery:
         """plan() for a caller that has read the item's session already (or runs where it cannot await)."""
         decision = self._decide(item, session)
         route = item.route
-        common = {
-            "kind": item.kind,
-            "surface": route.surface,
-            "chat_id": route.chat_id,
-            "thread_id": route.thread_id,
-            "reply_to": route.reply_to,
-            "session_key": item.session_key,
-            "session_id": session.id if session else None,
-            "run_id": item.run_id,
-            "dedupe_key": item.dedupe_key,
-        }
+        whole = OutboxItem(
+            kind=item.kind,
+            surface=route.surface,
+            chat_id=route.chat_id,
+            text=item.text,
+            state="pending",
+            thread_id=route.thread_id,
+            reply_to=route.reply_to,
+            session_key=item.session_key,
+            session_id=session.id if session else None,
+            run_id=item.run_id,
+            dedupe_key=item.dedupe_key,
+        )
         if not decision.speaks:
-            return [OutboxItem(text=item.text, state="suppressed", reason=decision.reason, **common)]  # type: ignore[arg-type]
+            return [dataclasses.replace(whole, state="suppressed", reason=decision.reason)]
         pieces = self._split(item) or [item.text]
         # Every chunk carries a nonce: cheap, and a platform that dedupes by it (Discord) makes a resend
         # after a crash harmless even when the adapter was not yet up when the row was written.
         return [
-            OutboxItem(text=piece, state="pending", part=index, parts=len(pieces), nonce=new_id(), **common)  # type: ignore[arg-type]
+            dataclasses.replace(whole, text=piece, part=index, parts=len(pieces), nonce=new_id())
             for index, piece in enumerate(pieces)
         ]
 

@@ -6,6 +6,7 @@ import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 from bridge.store.base import SessionRow
 
@@ -56,12 +57,12 @@ class ActiveSessions:
             oldest = next(iter(self._by_key))
             self._drop(oldest)
 
-    def update(self, session_id: str, **changes: object) -> None:
+    def update(self, session_id: str, **changes: Any) -> None:
         """Apply a write to a session by id, if it is held here."""
         key = self._key_of.get(session_id)
         if key is not None:
             row, stored = self._by_key[key]
-            self._by_key[key] = (dataclasses.replace(row, **changes), stored)  # type: ignore[arg-type]
+            self._by_key[key] = (dataclasses.replace(row, **changes), stored)
 
     def _drop(self, key: str) -> None:
         entry = self._by_key.pop(key, None)
