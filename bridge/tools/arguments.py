@@ -9,11 +9,10 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
-# jsonschema ships no type information (typeshed's types-jsonschema is not installed here).
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
-from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
-from jsonschema.protocols import Validator  # type: ignore[import-untyped]
-from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -325,7 +324,8 @@ def _schema_check(schema: dict[str, Any], raw: dict[str, Any]) -> tuple[dict[str
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
         if error.validator == "required":
             have = error.instance if isinstance(error.instance, dict) else {}
-            for name in error.validator_value:
+            wanted = error.validator_value if isinstance(error.validator_value, list) else []
+            for name in wanted:
                 if name not in have:
                     problems.append(_Problem(f"{where}.{name}" if where else str(name), "is required"))
         elif where:
@@ -359,10 +359,12 @@ def _loosened(validator: Validator, schema: dict[str, Any], raw: dict[str, Any])
 
 
 # pydantic's lax readings, as the built-in tools get them, so "5" means 5 for every tool.
-_LAX_TYPES: tuple[TypeAdapter[Any], ...] = (TypeAdapter(int), TypeAdapter(float), TypeAdapter(bool))
+Lax = int | float | bool
+_LAX_TYPES: tuple[TypeAdapter[Lax], ...] = (TypeAdapter(int), TypeAdapter(float), TypeAdapter(bool))
 
 
-def _lax_readings(value: object) -> Iterator[object]:
+def _lax_readings(value: object) -> Iterator[Lax]:
+    """The values a string may stand for, as pydantic's lax mode reads them: int, then float, then bool."""
     if not isinstance(value, str):
         return
     for adapter in _LAX_TYPES:
