@@ -36,6 +36,10 @@ CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
 )
 HEARTBEAT_S = 20.0
+# The servers this process started. A server outlives the command that starts it, so its Popen is
+# held here instead of dropped (Python warns when a Popen is dropped while its child runs), and
+# `stop` reaps it.
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,19 +273,22 @@ class LocalModel:
     def _spawn(self, command: list[str]) -> subprocess.Popen[bytes]:
         with self.log_file.open("ab") as log:
             # Its own session: the server outlives this command, and Ctrl-C here does not reach it.
-            return subprocess.Popen(
+            process = subprocess.Popen(
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+        _STARTED[process.pid] = process
+        return process
 
     def _wait_ready(self, state: Running, process: subprocess.Popen[bytes], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         url = f"http://127.0.0.1:{state.port}/health"
         while time.monotonic() < deadline:
             if process.poll() is not None:
+                _STARTED.pop(process.pid, None)
                 self._state_file.unlink(missing_ok=True)
                 raise LocalModelError(
                     f"llama-server exited with status {process.returncode}; see {self.log_file}"
@@ -307,12 +314,18 @@ class LocalModel:
                 "server (its PID was reused), so it was left alone."
             )
             return False
+        # Started by this process: reaped here, or it would linger as a zombie that still "exists".
+        child = _STARTED.pop(state.pid, None)
         os.kill(state.pid, signal.SIGTERM)
         for _ in range(100):
+            if child is not None and child.poll() is not None:
+                return True
             try:
                 os.kill(state.pid, 0)
             except OSError:
                 return True
             time.sleep(0.1)
         os.kill(state.pid, signal.SIGKILL)
+        if child is not None:
+            child.wait(timeout=5)
         return True
