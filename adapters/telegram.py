@@ -347,6 +347,7 @@ class TelegramAdapter:
             try:
                 return await self._retrying(
                     lambda: self.bot.send_message(chat_id, html, parse_mode=ParseMode.HTML, **params),
+                    what="send",
                     idempotent=False,
                 )
             except BadRequest as exc:
@@ -354,7 +355,9 @@ class TelegramAdapter:
                     raise
                 # Telegram refused the markup, so nothing was sent: the same chunk goes as plain text.
                 log.warning("Telegram refused the HTML of a reply (%s); sending it as plain text", exc)
-        return await self._retrying(lambda: self.bot.send_message(chat_id, plain, **params), idempotent=False)
+        return await self._retrying(
+            lambda: self.bot.send_message(chat_id, plain, **params), what="send", idempotent=False
+        )
 
     async def edit(self, route: Route, message_id: str, text: str) -> None:
         text = _tail(text, TEXT_LIMIT)
@@ -366,18 +369,20 @@ class TelegramAdapter:
                 if "not modified" not in str(exc).lower():
                     raise
 
-        await self._retrying(call, idempotent=True)
+        await self._retrying(call, what="edit", idempotent=True)
 
     async def typing(self, route: Route) -> None:
         params = self._params(route)
         params.pop("link_preview_options")
+        # Not retried: the delivery loop sends it again every few seconds anyway, and a back-off
+        # here would only hold a connection for an indicator that has expired by then.
         await self.bot.send_chat_action(int(route.chat_id), ChatAction.TYPING, **params)
 
-    async def _retrying(self, call: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
-        """Honour RetryAfter; retry network errors and 5xx, but never resend what may have arrived."""
+    async def _retrying(self, call: Callable[[], Awaitable[T]], *, what: str, idempotent: bool) -> T:
+        """Honour RetryAfter; retry network errors and 5xx; repeat what may have arrived if idempotent."""
         return await with_retries(
             call,
-            what="Telegram request",
+            what=f"Telegram: {what}",
             log=log,
             classify=_classify,
             backoff=SEND_BACKOFF,

@@ -14,7 +14,7 @@ from telegram.error import Conflict, InvalidToken, TelegramError
 
 from bridge.errors import IntakeUnavailable
 from bridge.jsonutil import loads
-from bridge.retry import Backoff
+from bridge.retry import Backoff, retry_line
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +110,14 @@ class Streak:
     """A run of failures of one kind: its growing, jittered wait and the few log lines it deserves.
 
     The poller never gives up (there is nothing to give up to), so it keeps its own loop; the waits
-    are bridge.retry's back-off, and the line reads like that helper's.
+    are bridge.retry's back-off, and the line is that helper's `retry_line`.
     """
 
-    def __init__(self, what: str, then: str = "retrying") -> None:
+    def __init__(self, what: str, then: str = "retrying", *, waits: bool = True) -> None:
         self.what = what
         self.then = then
+        # False where nothing is waited here: a webhook answers 500 and Telegram sends it again.
+        self.waits = waits
         self.failures = 0
 
     def failed(self, reason: str) -> float:
@@ -123,8 +125,14 @@ class Streak:
         self.failures += 1
         wait = POLL_BACKOFF.wait(self.failures)
         if self.failures == 1 or self.failures % LOG_EVERY == 0:
-            times = "" if self.failures == 1 else f" ({self.failures} times in a row)"
-            log.warning("Telegram: %s failed (%s); %s in %.1f s%s", self.what, reason, self.then, wait, times)
+            line = retry_line(
+                f"Telegram: {self.what}",
+                reason,
+                wait=wait if self.waits else None,
+                attempt=self.failures + 1,
+                then=self.then,
+            )
+            log.warning("%s", line)
         return wait
 
     def succeeded(self) -> None:
@@ -257,7 +265,9 @@ class WebhookServer:
         self._port = port
         self._path = path
         self._secret = secret.encode()
-        self._storing = Streak("storing a webhook update", then="answered 500, so Telegram sends it again")
+        self._storing = Streak(
+            "storing a webhook update", then="answered 500, so Telegram sends it again", waits=False
+        )
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:

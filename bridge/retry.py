@@ -1,19 +1,4 @@
-"""The one way Bridge retries: classify each failure, back off with jitter or as told, never resend blindly.
-
-Every caller that talks to a network (the model providers, Telegram and Discord sends, Discord's
-intake, Telegram's poller) retries through here, so the policy, the log line and the rules about
-resending read the same everywhere:
-
-- a **classifier** says, for each failure, `RETRY`, `GIVE_UP`, or `retry_after(seconds)` when the
-  server named its wait, and whether the request **may have arrived** (a read timeout after the body
-  went out);
-- `safe_to_resend=False` marks a call whose repeat would show twice (a Telegram message has no
-  idempotency key): a failure that may have arrived is then given up, not repeated;
-- a `Backoff` holds the number of tries, the jittered exponential waits and their cap, the cap on a
-  server's Retry-After, and a cap on the total time.
-
-Built on tenacity, which runs the loop; what is Bridge's is the policy above.
-"""
+"""The one retry policy: classify each failure, back off with jitter or as told, never resend blindly."""
 
 from __future__ import annotations
 
@@ -114,10 +99,14 @@ async def with_retries(
 ) -> T:
     """Run `attempt` until it succeeds, the classifier gives up, or the tries or the time run out.
 
-    Each retry logs one line: "<what> failed (<reason>); retrying in X s (attempt n of m)", with the
-    reason from `describe` (default: the exception's text; pass one that masks secrets). The last
-    failure is raised as it was (a RetryableError with `attempts` set). Cancellation is never retried.
-    `sleep` and `clock` are injectable so tests run the waits, and the total-time cap, without waiting.
+    `classify` rules on each failure (an Exception; cancellation and other BaseExceptions are never
+    retried). `safe_to_resend=False` marks a call whose repeat would show twice (a Telegram message
+    has no idempotency key): a failure whose verdict says it may have arrived is then given up.
+
+    Each retry logs one `retry_line` at `level`, named by `what` (the component and the request),
+    with the reason from `describe` (default: the exception's text; pass one that masks secrets).
+    The last failure is raised as it was, a RetryableError with `attempts` set. `sleep` and `clock`
+    are injectable so tests run the waits, and the total-time cap, without waiting.
     """
     attempts = 0
     describe = describe or _describe
@@ -143,15 +132,14 @@ async def with_retries(
     def before_sleep(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
         if error is not None and state.next_action is not None:
-            log.log(
-                level,
-                "%s failed (%s); retrying in %.1f s (attempt %d of %d)",
+            line = retry_line(
                 what,
                 describe(error),
-                state.next_action.sleep,
-                state.attempt_number + 1,
-                backoff.attempts,
+                wait=state.next_action.sleep,
+                attempt=state.attempt_number + 1,
+                attempts=backoff.attempts,
             )
+            log.log(level, "%s", line)
 
     started = clock()
 
@@ -169,6 +157,26 @@ async def with_retries(
     except RetryableError as error:
         error.attempts = attempts
         raise
+
+
+def retry_line(
+    what: str,
+    reason: str,
+    *,
+    wait: float | None,
+    attempt: int,
+    attempts: int | None = None,
+    then: str = "retrying",
+) -> str:
+    """The one log line for a retry: "<what> failed (<reason>); retrying in X s (attempt n of m)".
+
+    `attempt` is the try about to be made. Loops that never give up (Telegram's poller) leave out
+    `attempts`; one that waits for the other side to try again (a webhook) passes no `wait` and says
+    what happens instead in `then`.
+    """
+    when = "" if wait is None else f" in {wait:.1f} s"
+    of = "" if attempts is None else f" of {attempts}"
+    return f"{what} failed ({reason}); {then}{when} (attempt {attempt}{of})"
 
 
 def _describe(error: BaseException) -> str:

@@ -5,9 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from types import SimpleNamespace
 
+import aiohttp
+import discord
+import httpx
 import pytest
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TimedOut
 
+from adapters.discord import _intake_verdict, _send_verdict
+from adapters.telegram import _classify as telegram_verdict
+from bridge.errors import IntakeUnavailable
 from bridge.retry import (
     GIVE_UP,
     RETRY,
@@ -16,6 +24,7 @@ from bridge.retry import (
     Verdict,
     classify_retryable,
     retry_after,
+    retry_line,
     with_retries,
 )
 
@@ -168,3 +177,64 @@ def test_a_backoff_wait_is_never_negative_or_past_its_caps() -> None:
     assert backoff.wait(1, after=-5.0) == 0.0
     assert backoff.wait(1, after=1e9) == 120.0
     assert all(0.375 <= backoff.wait(n) <= 30.0 for n in range(1, 200))
+
+
+def test_the_retry_line_reads_the_same_for_bounded_endless_and_waitless_retries() -> None:
+    assert (
+        retry_line("Discord: send", "reset", wait=1.25, attempt=2, attempts=4)
+        == "Discord: send failed (reset); retrying in 1.2 s (attempt 2 of 4)"
+    )
+    assert (
+        retry_line("Telegram: polling", "502", wait=30.0, attempt=11)
+        == "Telegram: polling failed (502); retrying in 30.0 s (attempt 11)"
+    )
+    assert (
+        retry_line("Telegram: webhook", "locked", wait=None, attempt=2, then="answered 500")
+        == "Telegram: webhook failed (locked); answered 500 (attempt 2)"
+    )
+
+
+async def test_a_classifier_that_names_a_wait_gets_it_even_for_an_error_of_its_own(time: FakeTime) -> None:
+    def flood(exc: BaseException) -> Verdict:
+        return retry_after(4.0) if isinstance(exc, OSError) else GIVE_UP
+
+    call = Flaky(OSError("429"), OSError("429"))
+    assert await run(call, time, classify=flood) == "ok"
+    assert time.waits == [4.0, 4.0]
+
+
+# -- the callers' classifiers -----------------------------------------------------------------
+
+
+def _raised_from(error: Exception, cause: Exception) -> Exception:
+    try:
+        raise error from cause
+    except Exception as raised:
+        return raised
+
+
+def test_telegram_retries_flood_control_after_its_wait_and_gives_up_on_a_refusal() -> None:
+    assert telegram_verdict(RetryAfter(5)) == retry_after(5.0)
+    assert telegram_verdict(NetworkError("Bad Gateway")) == RETRY
+    for refused in (BadRequest("chat not found"), Forbidden("bot was blocked"), ValueError("bug")):
+        assert telegram_verdict(refused) == GIVE_UP
+
+
+def test_telegram_counts_a_read_timeout_as_maybe_delivered_but_not_a_connect_or_pool_timeout() -> None:
+    read = _raised_from(TimedOut(), httpx.ReadTimeout("read"))
+    connect = _raised_from(TimedOut(), httpx.ConnectTimeout("connect"))
+    pool = TimedOut("Pool timeout: all connections are occupied. Request was *not* sent to Telegram.")
+    assert telegram_verdict(read) == Verdict(True, may_have_arrived=True)
+    assert telegram_verdict(connect) == RETRY
+    assert telegram_verdict(pool) == RETRY
+
+
+def test_discord_retries_lost_connections_and_5xx_on_send_and_only_a_busy_store_on_intake() -> None:
+    unavailable = SimpleNamespace(status=503, reason="Service Unavailable")
+    forbidden = SimpleNamespace(status=403, reason="Forbidden")
+    assert _send_verdict(aiohttp.ServerDisconnectedError()) == RETRY
+    assert _send_verdict(ConnectionResetError()) == RETRY
+    assert _send_verdict(discord.DiscordServerError(unavailable, "down")) == RETRY
+    assert _send_verdict(discord.Forbidden(forbidden, "Missing Access")) == GIVE_UP
+    assert _intake_verdict(IntakeUnavailable("database is locked")) == RETRY
+    assert _intake_verdict(ValueError("malformed")) == GIVE_UP
