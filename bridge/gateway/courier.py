@@ -115,10 +115,14 @@ class Courier:
 
     async def _send_rows(self, rows: Sequence[OutboxRow]) -> list[str | None]:
         ids: list[str | None] = []
-        failed_item: int | None = None
+        # Whether an earlier chunk of the item being sent failed. An item's chunks come in part
+        # order, its first (part 0) starting it; ids need not be consecutive (PostgreSQL hands out
+        # ids to concurrent transactions in turn).
+        item_failed = False
         for row in rows:
-            item_id = row.id - row.item.part
-            if failed_item == item_id:
+            if row.item.part == 0:
+                item_failed = False
+            if item_failed:
                 await self._mark(row.id, "failed", reason=EARLIER_PART_FAILED)
                 ids.append(None)
                 continue
@@ -136,7 +140,7 @@ class Courier:
                 await self._mark(row.id, "pending")
                 return ids + [None] * (len(rows) - len(ids))
             if not ok:
-                failed_item = item_id
+                item_failed = True
             ids.append(message_id)
         return ids
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from typing import Any
 
 from bridge.store.base import MessageRow, ToolExchange
-from bridge.store.connection import T, Work
+from bridge.store.engine import Conn, T, Work, inserted_id
 from bridge.store.sessions import SessionTable
 from bridge.text import scrub
 
@@ -31,34 +30,31 @@ class MessageTable(SessionTable):
         platform_msg_id: str | None = None,
         via_session: str | None = None,
     ) -> int | None:
-        """Store a user message; None when the platform message id was stored before (a redelivery)."""
-        try:
-            return await self._add(
+        """Store a user message; None when the platform message id was stored before (a redelivery,
+        or a second worker that received it too)."""
+        return await self._add(
+            session_id,
+            lambda conn: insert_message(
+                conn,
                 session_id,
-                lambda conn: insert_message(
-                    conn,
-                    session_id,
-                    "user",
-                    content,
-                    sender=sender,
-                    platform_msg_id=platform_msg_id,
-                    via_session=via_session,
-                ),
-            )
-        except sqlite3.IntegrityError as exc:
-            if platform_msg_id is not None and "platform_msg_id" in str(exc):
-                return None
-            raise
+                "user",
+                content,
+                sender=sender,
+                platform_msg_id=platform_msg_id,
+                via_session=via_session,
+            ),
+        )
 
     async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int:
         return await self._add(
-            session_id, lambda conn: insert_message(conn, session_id, "assistant", content, run_id=run_id)
+            session_id,
+            lambda conn: _written(insert_message(conn, session_id, "assistant", content, run_id=run_id)),
         )
 
     async def add_tool_exchange(self, session_id: str, run_id: str, exchange: ToolExchange) -> None:
         common = {"run_id": run_id, "step": exchange.step, "tool_name": exchange.tool_name}
 
-        def both(conn: sqlite3.Connection) -> None:
+        def both(conn: Conn) -> None:
             insert_message(
                 conn,
                 session_id,
@@ -97,8 +93,9 @@ class MessageTable(SessionTable):
     async def search_messages(self, session_id: str, query: str, limit: int) -> list[MessageRow]:
         pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         rows = await self._rows(
+            # lower() on both sides: SQLite's LIKE ignores case and PostgreSQL's does not.
             f"SELECT {_MESSAGE_COLS} FROM messages WHERE session_id = ? AND kind IN ('user', 'assistant') "
-            "AND content LIKE ? ESCAPE '\\' ORDER BY id DESC LIMIT ?",
+            "AND lower(content) LIKE lower(?) ESCAPE '\\' ORDER BY id DESC LIMIT ?",
             (session_id, pattern, limit),
         )
         return [MessageRow(*row) for row in rows]
@@ -110,36 +107,51 @@ class MessageTable(SessionTable):
     # ---------------------------------------------------------------- memories
 
     async def add_memory(self, scope: str, content: str) -> int:
-        cursor = await self._write(
-            lambda conn: conn.execute(
-                "INSERT INTO memories (scope, content, created_at) VALUES (?, ?, ?)",
-                (scope, content, time.time()),
+        return await self._write(
+            lambda conn: inserted_id(
+                conn.execute(
+                    "INSERT INTO memories (scope, content, created_at) VALUES (?, ?, ?) RETURNING id",
+                    (scope, content, time.time()),
+                )
             )
         )
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
 
     async def memories(self, scope: str, limit: int) -> list[str]:
         return await self._read(lambda conn: select_memories(conn, scope, limit))
 
 
-def insert_message(conn: sqlite3.Connection, session_id: str, kind: str, content: str, **fields: Any) -> int:
-    # The one way text enters history: a lone surrogate would make SQLite refuse the whole write.
+def insert_message(conn: Conn, session_id: str, kind: str, content: str, **fields: Any) -> int | None:
+    """The new row's id; None when its platform_msg_id was stored before (the message is not
+    stored twice, whichever worker or webhook retry brought it again)."""
+    # The one way text enters history: a lone surrogate would make the database refuse the write.
     content = scrub(content)
     fields = {name: scrub(value) if isinstance(value, str) else value for name, value in fields.items()}
     now = time.time()
     columns = ["session_id", "kind", "content", "created_at", *fields]
-    cursor = conn.execute(
-        f"INSERT INTO messages ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-        (session_id, kind, content, now, *fields.values()),
+    once = (
+        " ON CONFLICT (platform_msg_id) WHERE platform_msg_id IS NOT NULL DO NOTHING"
+        if fields.get("platform_msg_id") is not None
+        else ""
     )
+    row = conn.execute(
+        f"INSERT INTO messages ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}){once} "
+        "RETURNING id",
+        (session_id, kind, content, now, *fields.values()),
+    ).fetchone()
+    if row is None:
+        return None
     conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
-    assert cursor.lastrowid is not None
-    return cursor.lastrowid
+    return int(row[0])
+
+
+def _written(message_id: int | None) -> int:
+    """The id of a row written without a platform id, which is never refused as a duplicate."""
+    assert message_id is not None
+    return message_id
 
 
 def select_history(
-    conn: sqlite3.Connection, session_id: str, limit: int, chat_only: bool, *, after: int = 0
+    conn: Conn, session_id: str, limit: int, chat_only: bool, *, after: int = 0
 ) -> list[MessageRow]:
     """The newest `limit` rows; with `after`, only rows of turns after user message `after` (a
     summary covers the rest). A run's rows belong to the turn of the message it answered (its
@@ -160,22 +172,31 @@ def select_history(
     return [MessageRow(*row) for row in reversed(rows)]
 
 
-def select_loaded_groups(conn: sqlite3.Connection, session_id: str) -> set[str]:
-    rows = conn.execute(
-        # CASE evaluates lazily, so json_type never sees malformed JSON; objects and arrays
-        # would come back from json_extract as JSON text, so only 'text' values count.
-        "SELECT DISTINCT CASE WHEN json_valid(tool_input) THEN CASE WHEN "
-        "json_type(tool_input, '$.group_name') = 'text' "
-        "THEN json_extract(tool_input, '$.group_name') END END FROM messages "
-        "WHERE session_id = ? AND kind = 'tool_call' AND tool_name = 'load_tool_group' "
-        "AND tool_status = 'success'",
-        (session_id,),
-    ).fetchall()
-    # Malformed inputs and non-string group names come back as NULL and are skipped.
-    return {row[0] for row in rows if isinstance(row[0], str) and row[0]}
+# Matches the partial index messages_group_loads exactly, so only the session's loads are read.
+LOADED_GROUPS_SQL = (
+    "SELECT DISTINCT tool_input FROM messages "
+    "WHERE session_id = ? AND kind = 'tool_call' AND tool_name = 'load_tool_group' "
+    "AND tool_status = 'success'"
+)
 
 
-def select_memories(conn: sqlite3.Connection, scope: str, limit: int) -> list[str]:
+def select_loaded_groups(conn: Conn, session_id: str) -> set[str]:
+    """One query on the partial index of successful loads; the JSON is read here rather than in SQL,
+    so both backends share the query (and a malformed input is skipped the same way on each)."""
+    rows = conn.execute(LOADED_GROUPS_SQL, (session_id,)).fetchall()
+    groups = set()
+    for (raw,) in rows:
+        try:
+            name = json.loads(raw).get("group_name") if raw else None
+        except (ValueError, AttributeError):
+            continue
+        # Objects, arrays, numbers and empty names are not groups.
+        if isinstance(name, str) and name:
+            groups.add(name)
+    return groups
+
+
+def select_memories(conn: Conn, scope: str, limit: int) -> list[str]:
     rows = conn.execute(
         "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?", (scope, limit)
     ).fetchall()

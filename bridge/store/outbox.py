@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 import time
 from collections.abc import Collection
 
 from bridge.store.base import OutboxItem, OutboxRow, OutboxState, SessionRow
-from bridge.store.connection import SQLiteConnection
+from bridge.store.engine import Conn, Database
 from bridge.text import scrub
 
 _OUTBOX_FIELDS = tuple(f.name for f in dataclasses.fields(OutboxItem))
 _OUTBOX_TEXT = _OUTBOX_FIELDS.index("text")
 
 
-class OutboxTable(SQLiteConnection):
+class OutboxTable(Database):
     """Writes and reads outbox rows; the store writes them in its own transactions too (insert_outbox)."""
 
     async def add_outbox(self, *items: OutboxItem) -> list[int]:
         try:
             return await self._write(lambda conn: insert_outbox(conn, items))
-        except sqlite3.IntegrityError as exc:
-            if "dedupe_key" in str(exc):
-                return []
-            raise
+        except DuplicateOutbox:
+            return []
 
     async def mark_outbox(
         self,
@@ -76,17 +73,26 @@ class OutboxTable(SQLiteConnection):
         ]
 
 
-def insert_outbox(conn: sqlite3.Connection, items: Collection[OutboxItem]) -> list[int]:
-    """Insert delivery rows in order; ids of one call are consecutive (one writer, one transaction)."""
+class DuplicateOutbox(Exception):
+    """An item's dedupe_key was written before: the transaction that wrote it again is undone."""
+
+
+def insert_outbox(conn: Conn, items: Collection[OutboxItem]) -> list[int]:
+    """Insert delivery rows in order, with their ids; DuplicateOutbox if a dedupe_key was written
+    before (the caller's transaction then rolls back: never send twice)."""
     now = time.time()
     columns = [*_OUTBOX_FIELDS, "created_at", "updated_at"]
-    sql = f"INSERT INTO outbox ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    sql = (
+        f"INSERT INTO outbox ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        "ON CONFLICT (dedupe_key, part) WHERE dedupe_key IS NOT NULL DO NOTHING RETURNING id"
+    )
     ids = []
     for item in items:
         # Shallow on purpose: the fields are plain values, and asdict's deep copy showed up in profiles.
         values = [getattr(item, name) for name in _OUTBOX_FIELDS]
         values[_OUTBOX_TEXT] = scrub(values[_OUTBOX_TEXT])
-        cursor = conn.execute(sql, (*values, now, now))
-        assert cursor.lastrowid is not None
-        ids.append(cursor.lastrowid)
+        row = conn.execute(sql, (*values, now, now)).fetchone()
+        if row is None:
+            raise DuplicateOutbox(item.dedupe_key)
+        ids.append(int(row[0]))
     return ids

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Collection
 
@@ -17,6 +16,7 @@ from bridge.store.base import (
     SummaryRow,
     Unanswered,
 )
+from bridge.store.engine import Conn
 from bridge.store.messages import (
     MessageTable,
     insert_message,
@@ -43,7 +43,7 @@ class RunTable(MessageTable):
     ) -> RunContext:
         """Everything a run starts from in one trip to the database thread."""
 
-        def read(conn: sqlite3.Connection) -> RunContext:
+        def read(conn: Conn) -> RunContext:
             summary = _latest_summary(conn, session_id)
             return RunContext(
                 select_history(conn, session_id, history_limit, False, after=summary.upto if summary else 0),
@@ -58,7 +58,7 @@ class RunTable(MessageTable):
     # ---------------------------------------------------------------- compaction
 
     async def compaction_input(self, session_id: str, max_rows: int) -> CompactionInput:
-        def read(conn: sqlite3.Connection) -> CompactionInput:
+        def read(conn: Conn) -> CompactionInput:
             summary = _latest_summary(conn, session_id)
             rows = select_history(conn, session_id, max_rows, False, after=summary.upto if summary else 0)
             finished = conn.execute(
@@ -82,7 +82,7 @@ class RunTable(MessageTable):
         completion_tokens: int,
         summary: NewSummary | None,
     ) -> SummaryRow | None:
-        def write(conn: sqlite3.Connection) -> SummaryRow | None:
+        def write(conn: Conn) -> SummaryRow | None:
             # Written only when done: a compaction a crash cuts short leaves nothing to abort or announce.
             conn.execute(
                 "INSERT INTO runs (id, session_id, status, kind, started_at, ended_at, iterations, "
@@ -104,7 +104,7 @@ class RunTable(MessageTable):
             latest = _latest_summary(conn, session_id)
             if latest is not None and latest.upto >= summary.upto:
                 return None
-            cursor = conn.execute(
+            conn.execute(
                 "INSERT INTO summaries (session_id, run_id, upto, content, turns, replaced_chars, "
                 "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -117,7 +117,7 @@ class RunTable(MessageTable):
                     time.time(),
                 ),
             )
-            return _latest_summary(conn, session_id) if cursor.lastrowid else None
+            return _latest_summary(conn, session_id)
 
         return await self._write(write)
 
@@ -158,7 +158,7 @@ class RunTable(MessageTable):
         reply: tuple[str, str] | None = None,
         outbox: Collection[OutboxItem] = (),
     ) -> list[int]:
-        def finish(conn: sqlite3.Connection) -> list[int]:
+        def finish(conn: Conn) -> list[int]:
             if reply is not None:
                 # The answer, the run's status and the reply's delivery rows together: a crash leaves
                 # all of them or none, never an answer that nobody will send.
@@ -212,7 +212,7 @@ class RunTable(MessageTable):
         """Runs a crash left 'running' become 'aborted', and the notices `notices` builds for them are
         queued in the same transaction; the runs are returned."""
 
-        def abort(conn: sqlite3.Connection) -> list[RunRow]:
+        def abort(conn: Conn) -> list[RunRow]:
             runs = [
                 RunRow(*row)
                 for row in conn.execute(
@@ -252,7 +252,7 @@ class RunTable(MessageTable):
         return [Unanswered(SessionRow(*row[:-2]), row[-2], row[-1]) for row in rows]
 
     async def skip_unanswered(self, session_id: str, reason: str) -> bool:
-        def skip(conn: sqlite3.Connection) -> bool:
+        def skip(conn: Conn) -> bool:
             newest = conn.execute(
                 "SELECT MAX(id) FROM messages WHERE session_id = ? AND kind = 'user'", (session_id,)
             ).fetchone()[0]
@@ -277,12 +277,12 @@ def _scrubbed(*texts: str | None) -> list[str | None]:
     return [None if text is None else scrub(text) for text in texts]
 
 
-def _answered_upto(conn: sqlite3.Connection, session_id: str) -> int:
+def _answered_upto(conn: Conn, session_id: str) -> int:
     row = conn.execute("SELECT MAX(input_upto) FROM runs WHERE session_id = ?", (session_id,)).fetchone()
     return int(row[0] or 0)
 
 
-def _latest_summary(conn: sqlite3.Connection, session_id: str) -> SummaryRow | None:
+def _latest_summary(conn: Conn, session_id: str) -> SummaryRow | None:
     row = conn.execute(
         f"SELECT {_SUMMARY_COLS} FROM summaries WHERE session_id = ? ORDER BY id DESC LIMIT 1",
         (session_id,),

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import sqlite3
 import time
-from pathlib import Path
 
 from bridge.store.base import SessionMeta, SessionRow, SessionSummary
 from bridge.store.cache import ActiveSessions
-from bridge.store.connection import SQLiteConnection
+from bridge.store.engine import Conn, Database, Engine
 
 SESSION_COLS = (
     "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route, "
@@ -30,11 +28,11 @@ def new_id() -> str:
     return f"{_ids.getrandbits(64):016x}"
 
 
-class SessionTable(SQLiteConnection):
+class SessionTable(Database):
     """The sessions table, with a cache of the active rows that every write here keeps exact."""
 
-    def __init__(self, path: Path | str, *, sessions: ActiveSessions | None = None) -> None:
-        super().__init__(path)
+    def __init__(self, engine: Engine, *, sessions: ActiveSessions | None = None) -> None:
+        super().__init__(engine)
         self._active = sessions or ActiveSessions()
 
     async def active_session(self, key: str) -> SessionRow | None:
@@ -56,7 +54,7 @@ class SessionTable(SQLiteConnection):
             if meta is not None and _meta_differs(found, meta):
                 return await self._update_meta(found, meta)
             return found
-        row = await self._write(lambda conn: _insert_session(conn, key, meta))
+        row = await self._write(lambda conn: _insert_session(conn, key, meta, or_existing=True))
         self._active.put(row)
         return row
 
@@ -65,7 +63,7 @@ class SessionTable(SQLiteConnection):
         if meta is None and previous is not None:
             meta = SessionMeta(**{name: getattr(previous, name) for name in _META_FIELDS})
 
-        def replace(conn: sqlite3.Connection) -> SessionRow:
+        def replace(conn: Conn) -> SessionRow:
             conn.execute(
                 "UPDATE sessions SET ended_at = ? WHERE key = ? AND ended_at IS NULL", (time.time(), key)
             )
@@ -137,15 +135,27 @@ class SessionTable(SQLiteConnection):
         self._active.update(session_id, model_profile=name)
 
 
-def _insert_session(conn: sqlite3.Connection, key: str, meta: SessionMeta | None) -> SessionRow:
+def _insert_session(
+    conn: Conn, key: str, meta: SessionMeta | None, *, or_existing: bool = False
+) -> SessionRow:
+    """A new active session for `key`; with `or_existing`, the one another writer (a second
+    worker on the same database) made first, if it did."""
     values = {name: getattr(meta or SessionMeta(), name) for name in _META_FIELDS}
     now = time.time()
     row = SessionRow(id=new_id(), key=key, created_at=now, updated_at=now, **values)
     columns = ("id", "key", "created_at", "updated_at", *values)
-    conn.execute(
-        f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+    # The conflict target names the partial unique index: one active session per key.
+    ignore = " ON CONFLICT (key) WHERE ended_at IS NULL DO NOTHING" if or_existing else ""
+    inserted = conn.execute(
+        f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        f"{ignore} RETURNING id",
         (row.id, key, now, now, *values.values()),
-    )
+    ).fetchone()
+    if inserted is None:
+        found = conn.execute(
+            f"SELECT {SESSION_COLS} FROM sessions WHERE key = ? AND ended_at IS NULL", (key,)
+        ).fetchone()
+        return SessionRow(*found)
     return row
 
 

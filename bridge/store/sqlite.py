@@ -1,19 +1,22 @@
-"""The SQLite store: sessions, messages, runs, memories and the outbox, on one SQLiteConnection."""
+"""The SQLite store: the embedded default, one file at [storage] path."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from bridge.store.cache import ActiveSessions
 from bridge.store.messages import dumps
-from bridge.store.outbox import OutboxTable
-from bridge.store.runs import RunTable
 from bridge.store.sessions import new_id
+from bridge.store.sqlite_engine import SQLiteEngine
+from bridge.store.tables import DatabaseStore
 
 # dumps and new_id are imported from here by the agent and the gateway; they live with their tables.
 __all__ = ["SQLiteStore", "dumps", "new_id"]
 
 
-class SQLiteStore(RunTable, OutboxTable):
-    """Store on one aiosqlite connection: sessions, messages, runs, the outbox and memories.
+class SQLiteStore(DatabaseStore):
+    """The Store in one SQLite file."""
 
-    Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py), all on
-    the one SQLiteConnection; this class only puts them together.
-    """
+    def __init__(self, path: Path | str, *, sessions: ActiveSessions | None = None) -> None:
+        self.path = Path(path)
+        super().__init__(SQLiteEngine(path), sessions=sessions)

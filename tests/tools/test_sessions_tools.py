@@ -165,7 +165,7 @@ async def test_message_limit_is_at_most_20_and_excludes_tool_rows(
 async def test_active_minutes_filters_quiet_sessions(
     store: SQLiteStore, sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
 ) -> None:
-    await store.db.execute("UPDATE sessions SET updated_at = 0 WHERE key != 'main'")
+    await store._write(lambda conn: conn.execute("UPDATE sessions SET updated_at = 0 WHERE key != 'main'"))
     ctx = await make_session_ctx()
     assert [row["key"] for row in await listed(ctx, active_minutes=10)] == ["main"]
     assert len(await listed(ctx)) == 5

@@ -1,0 +1,83 @@
+"""What the tables run on: each transaction is one plain function of a connection, on either backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+Params = Sequence[Any] | Mapping[str, Any]
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the tables use; sqlite3's and psycopg's both have it."""
+
+    @property
+    def rowcount(self) -> int: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    """A connection inside a transaction. SQL is written once, in the dialect both backends share:
+    `?` or `:name` placeholders, `RETURNING id` for new ids, `ON CONFLICT` for upserts."""
+
+    def execute(self, sql: str, params: Params = (), /) -> Cursor: ...
+
+
+Work = Callable[[Conn], T]
+
+
+class Engine(Protocol):
+    """Runs transaction functions on a database. A function queued by `write` runs to its end, as one
+    transaction, even if the task awaiting it is cancelled: the caller may miss the result, the
+    database never holds half of it."""
+
+    # Names the database in errors and in `bridge status` ("database data/bridge.db", "postgresql://h/db").
+    label: str
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def write(self, work: Work[T]) -> T: ...
+    async def read(self, work: Work[T], *, snapshot: bool = False) -> T: ...
+    async def backup(self, target: Path) -> None: ...
+
+
+class Database:
+    """The base of every table class: the engine, and the few ways the tables call it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def open(self) -> None:
+        await self.engine.open()
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+    async def backup(self, target: Path) -> None:
+        await self.engine.backup(target)
+
+    async def _write(self, work: Work[T]) -> T:
+        return await self.engine.write(work)
+
+    async def _read(self, work: Work[T], *, snapshot: bool = False) -> T:
+        return await self.engine.read(work, snapshot=snapshot)
+
+    async def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        values = tuple(params)
+        return await self.engine.read(lambda conn: conn.execute(sql, values).fetchall())
+
+    async def _scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        rows = await self._rows(sql, params)
+        return rows[0][0] if rows else None
+
+
+def inserted_id(cursor: Cursor) -> int:
+    """The id an `INSERT ... RETURNING id` wrote."""
+    row = cursor.fetchone()
+    assert row is not None, "INSERT ... RETURNING id returned no row"
+    return int(row[0])

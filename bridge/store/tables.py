@@ -1,0 +1,14 @@
+"""The Store on any engine: the table classes put together, written once for both backends."""
+
+from __future__ import annotations
+
+from bridge.store.outbox import OutboxTable
+from bridge.store.runs import RunTable
+
+
+class DatabaseStore(RunTable, OutboxTable):
+    """Sessions, messages, runs, the outbox and memories, on the engine given (SQLite or PostgreSQL).
+
+    Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py); this
+    class only puts them together.
+    """
