@@ -11,7 +11,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY bridge ./bridge
 COPY adapters ./adapters
-RUN pip install . && useradd --create-home --uid 10001 bridge && mkdir -p /data && chown bridge /data
+RUN pip install '.[postgresql]' && useradd --create-home --uid 10001 bridge && mkdir -p /data && chown bridge /data
 
 USER bridge
 VOLUME ["/data"]

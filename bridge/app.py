@@ -26,8 +26,8 @@ from bridge.llm.factory import build_provider
 from bridge.llm.profiles import Profiles, with_tool_mode
 from bridge.logs import redactor
 from bridge.sessions.service import SessionService
+from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
-from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
 
@@ -59,7 +59,7 @@ class Bridge:
         self.settings = settings
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
-        self.store = SQLiteStore(settings.storage.path)
+        self.store = store_for(settings.storage)
         # The default profile ([llm], or the provider a test injected); /model picks another per chat.
         self.provider = with_tool_mode(settings.llm, provider or build_provider(settings.llm), self.registry)
         self.profiles = Profiles(settings.llm, self.registry, self.provider)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from bridge.store.sqlite import SQLiteStore
 from tests.fakes.openai_server import FakeOpenAI
+from tests.pg import PostgresServer, postgres_server
 
 
 @pytest.fixture
@@ -25,6 +26,14 @@ async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
         yield store
     finally:
         await store.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the whole run (started on first use); `.database()` gives each
+    test an empty database of its own."""
+    with postgres_server() as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -1,32 +1,50 @@
-"""The SQLite store on real database files: schema, sessions, history, loaded groups, runs, memories."""
+"""The store's contract on both backends (SQLite and a real PostgreSQL), and SQLite's file handling."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
+import psycopg
 import pytest
 
 from bridge.errors import StoreError
-from bridge.store import connection as sqlite_module
 from bridge.store import messages as messages_module
+from bridge.store import sqlite_engine as sqlite_module
 from bridge.store.base import OutboxItem, SessionMeta, SessionRow, ToolExchange
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.sqlite import SQLiteStore, dumps
+from bridge.store.sqlite_engine import SQLiteEngine
+from bridge.store.tables import DatabaseStore
 from tests.corruption import damage
+
+T = TypeVar("T")
+# What each backend raises when a constraint refuses a row.
+INTEGRITY_ERRORS = (sqlite3.IntegrityError, psycopg.IntegrityError)
 
 
 def names_in(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
-async def scalar(store: SQLiteStore, sql: str, params: tuple[Any, ...] = ()) -> Any:
-    async with store.db.execute(sql, params) as cur:
-        row = await cur.fetchone()
-    return None if row is None else row[0]
+async def scalar(store: DatabaseStore, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    return await store._scalar(sql, params)
+
+
+async def execute(store: DatabaseStore, sql: str, params: tuple[Any, ...] = ()) -> None:
+    """One statement as a write transaction of its own, bypassing the store's methods."""
+    await store._write(lambda conn: conn.execute(sql, params))
+
+
+async def on_writer(store: DatabaseStore, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """`fn` on the writer's own connection, outside any transaction the engine opens."""
+    engine = store.engine
+    assert isinstance(engine, SQLiteEngine)
+    return await engine._call(engine._open_writer(), "raw", fn)
 
 
 def exchange(
@@ -41,15 +59,16 @@ def exchange(
     return ToolExchange(call_id, tool_name, raw, result, status, step=0)
 
 
-async def load(store: SQLiteStore, session: SessionRow, group: Any, *, status: str = "success") -> None:
+async def load(store: DatabaseStore, session: SessionRow, group: Any, *, status: str = "success") -> None:
     """Record a load_tool_group call in the session's history, as the runner does."""
     call_id = f"c{await store.count_messages(session.id)}"
     await store.add_tool_exchange(session.id, "r1", exchange(call_id, {"group_name": group}, status=status))
 
 
-async def insert_load_call(store: SQLiteStore, session_id: str, tool_input: str | None) -> None:
+async def insert_load_call(store: DatabaseStore, session_id: str, tool_input: str | None) -> None:
     """A load_tool_group call row written by hand, bypassing the store's JSON encoding."""
-    await store.db.execute(
+    await execute(
+        store,
         "INSERT INTO messages (session_id, kind, content, tool_name, tool_input, tool_status, created_at) "
         "VALUES (?, 'tool_call', '', 'load_tool_group', ?, 'success', 0)",
         (session_id, tool_input),
@@ -59,18 +78,21 @@ async def insert_load_call(store: SQLiteStore, session_id: str, tool_input: str 
 # ---------------------------------------------------------------------------------------------- opening
 
 
-async def test_open_sets_wal_foreign_keys_and_schema_version(store: SQLiteStore, db_path: Path) -> None:
+@pytest.mark.sqlite_only
+async def test_open_sets_wal_foreign_keys_and_schema_version(store: DatabaseStore, db_path: Path) -> None:
     assert db_path.name in names_in(db_path.parent)
     assert await scalar(store, "PRAGMA journal_mode") == "wal"
-    assert await scalar(store, "PRAGMA foreign_keys") == 1
+    # Enforced where the writes are made.
+    assert await on_writer(store, lambda conn: conn.execute("PRAGMA foreign_keys").fetchone()[0]) == 1
     assert await scalar(store, "PRAGMA user_version") == SCHEMA_VERSION
 
 
-async def test_foreign_keys_are_enforced(store: SQLiteStore) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+async def test_foreign_keys_are_enforced(store: DatabaseStore) -> None:
+    with pytest.raises(INTEGRITY_ERRORS):
         await store.start_run("r", "no-such-session", None, "h")
 
 
+@pytest.mark.sqlite_only
 async def test_reopening_keeps_data_and_does_not_rerun_migrations(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,6 +116,7 @@ async def test_reopening_keeps_data_and_does_not_rerun_migrations(
         await second.close()
 
 
+@pytest.mark.sqlite_only
 async def test_a_new_migration_runs_once_on_an_existing_database(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,6 +137,7 @@ async def test_a_new_migration_runs_once_on_an_existing_database(
             await store.close()
 
 
+@pytest.mark.sqlite_only
 async def test_database_newer_than_this_bridge_is_refused_naming_both_versions(db_path: Path) -> None:
     db_path.parent.mkdir(parents=True)
     newer = SCHEMA_VERSION + 5
@@ -130,7 +154,7 @@ async def test_database_newer_than_this_bridge_is_refused_naming_both_versions(d
     assert str(db_path) in message
     # The refused store is closed, not left holding a connection (and its thread).
     with pytest.raises(StoreError, match="not open"):
-        _ = store.db
+        await store.count_messages("any")
     with sqlite3.connect(db_path) as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == newer
         assert raw.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
@@ -139,6 +163,7 @@ async def test_database_newer_than_this_bridge_is_refused_naming_both_versions(d
     raw.close()
 
 
+@pytest.mark.sqlite_only
 async def test_file_that_is_not_a_database_gives_store_error_and_is_left_untouched(tmp_path: Path) -> None:
     path = tmp_path / "notes.db"
     original = b"these are my notes, not a database\n" * 200
@@ -151,9 +176,10 @@ async def test_file_that_is_not_a_database_gives_store_error_and_is_left_untouch
     assert path.read_bytes() == original
     assert names_in(tmp_path) == ["notes.db"]  # no -wal or -shm left behind
     with pytest.raises(StoreError):
-        _ = store.db
+        await store.count_messages("any")
 
 
+@pytest.mark.sqlite_only
 async def test_closing_twice_is_harmless(db_path: Path) -> None:
     store = SQLiteStore(db_path)
     await store.open()
@@ -166,7 +192,7 @@ async def test_closing_twice_is_harmless(db_path: Path) -> None:
 # --------------------------------------------------------------------------------------------- sessions
 
 
-async def test_ensure_active_session_returns_the_same_row_twice(store: SQLiteStore) -> None:
+async def test_ensure_active_session_returns_the_same_row_twice(store: DatabaseStore) -> None:
     first = await store.ensure_active_session("main")
     second = await store.ensure_active_session("main")
     assert first == second
@@ -174,14 +200,14 @@ async def test_ensure_active_session_returns_the_same_row_twice(store: SQLiteSto
     assert await scalar(store, "SELECT COUNT(*) FROM sessions") == 1
 
 
-async def test_ensure_active_session_merges_new_meta_into_the_row(store: SQLiteStore) -> None:
+async def test_ensure_active_session_merges_new_meta_into_the_row(store: DatabaseStore) -> None:
     first = await store.ensure_active_session("main", SessionMeta(surface="telegram", display_name="Ann"))
     second = await store.ensure_active_session("main", SessionMeta(last_route="telegram:1"))
     assert second.id == first.id
     assert (second.surface, second.display_name, second.last_route) == ("telegram", "Ann", "telegram:1")
 
 
-async def test_start_new_session_ends_the_previous_one_and_keeps_its_messages(store: SQLiteStore) -> None:
+async def test_start_new_session_ends_the_previous_one_and_keeps_its_messages(store: DatabaseStore) -> None:
     old = await store.ensure_active_session("main", SessionMeta(surface="telegram"))
     await store.add_user_message(old.id, "hello")
     await store.add_assistant_message(old.id, None, "hi")
@@ -201,22 +227,22 @@ async def test_start_new_session_ends_the_previous_one_and_keeps_its_messages(st
     assert await store.history(new.id, 10) == []
 
 
-async def test_start_new_session_for_an_unseen_key_creates_one(store: SQLiteStore) -> None:
+async def test_start_new_session_for_an_unseen_key_creates_one(store: DatabaseStore) -> None:
     created = await store.start_new_session("cron:daily")
     assert await store.active_session("cron:daily") == created
 
 
-async def test_partial_unique_index_rejects_a_second_active_row_for_a_key(store: SQLiteStore) -> None:
+async def test_partial_unique_index_rejects_a_second_active_row_for_a_key(store: DatabaseStore) -> None:
     await store.ensure_active_session("main")
     insert = "INSERT INTO sessions (id, key, created_at, updated_at, ended_at) VALUES (?, 'main', 0, 0, ?)"
-    with pytest.raises(sqlite3.IntegrityError):
-        await store.db.execute(insert, ("second-active", None))
+    with pytest.raises(INTEGRITY_ERRORS):
+        await execute(store, insert, ("second-active", None))
     # Ended rows for the same key are fine: the index only covers active sessions.
-    await store.db.execute(insert, ("ended", 1.0))
+    await execute(store, insert, ("ended", 1.0))
     assert await scalar(store, "SELECT COUNT(*) FROM sessions WHERE key = 'main'") == 2
 
 
-async def test_get_session_of_unknown_id_is_none(store: SQLiteStore) -> None:
+async def test_get_session_of_unknown_id_is_none(store: DatabaseStore) -> None:
     assert await store.get_session("nope") is None
     assert await store.active_session("nope") is None
 
@@ -224,7 +250,7 @@ async def test_get_session_of_unknown_id_is_none(store: SQLiteStore) -> None:
 # --------------------------------------------------------------------------------------------- messages
 
 
-async def test_redelivered_platform_message_is_stored_once(store: SQLiteStore, session: SessionRow) -> None:
+async def test_redelivered_platform_message_is_stored_once(store: DatabaseStore, session: SessionRow) -> None:
     first = await store.add_user_message(session.id, "hi", sender="telegram:1", platform_msg_id="tg:1:5")
     again = await store.add_user_message(session.id, "hi", sender="telegram:1", platform_msg_id="tg:1:5")
     assert isinstance(first, int)
@@ -235,19 +261,23 @@ async def test_redelivered_platform_message_is_stored_once(store: SQLiteStore, s
 
 
 async def test_user_messages_without_platform_id_are_never_deduplicated(
-    store: SQLiteStore, session: SessionRow
+    store: DatabaseStore, session: SessionRow
 ) -> None:
     assert await store.add_user_message(session.id, "same") is not None
     assert await store.add_user_message(session.id, "same") is not None
     assert await store.count_messages(session.id) == 2
 
 
-async def test_adding_a_message_to_an_unknown_session_is_an_error_not_a_duplicate(store: SQLiteStore) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+async def test_adding_a_message_to_an_unknown_session_is_an_error_not_a_duplicate(
+    store: DatabaseStore,
+) -> None:
+    with pytest.raises(INTEGRITY_ERRORS):
         await store.add_user_message("no-such-session", "hi", platform_msg_id="x:1:1")
 
 
-async def test_tool_exchange_writes_call_and_result_together(store: SQLiteStore, session: SessionRow) -> None:
+async def test_tool_exchange_writes_call_and_result_together(
+    store: DatabaseStore, session: SessionRow
+) -> None:
     await store.add_tool_exchange(
         session.id,
         "r1",
@@ -261,13 +291,14 @@ async def test_tool_exchange_writes_call_and_result_together(store: SQLiteStore,
         assert (row.tool_call_id, row.tool_status) == ("call-1", "success")
 
 
+@pytest.mark.sqlite_only
 async def test_failed_result_insert_leaves_neither_row_and_store_stays_usable(
-    store: SQLiteStore, session: SessionRow, monkeypatch: pytest.MonkeyPatch
+    store: DatabaseStore, session: SessionRow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     original = messages_module.insert_message
     calls = 0
 
-    def fail_second(*args: Any, **kwargs: Any) -> int:
+    def fail_second(*args: Any, **kwargs: Any) -> int | None:
         nonlocal calls
         calls += 1
         if calls == 2:
@@ -279,7 +310,7 @@ async def test_failed_result_insert_leaves_neither_row_and_store_stays_usable(
         await store.add_tool_exchange(session.id, "r1", exchange("c1", {"group_name": "web"}))
     assert calls == 2
     assert await store.count_messages(session.id) == 0
-    assert not store.db.in_transaction
+    assert not await on_writer(store, lambda conn: conn.in_transaction)
     assert await store.loaded_groups(session.id) == set()
 
     monkeypatch.undo()
@@ -288,7 +319,9 @@ async def test_failed_result_insert_leaves_neither_row_and_store_stays_usable(
     assert [m.kind for m in await store.history(session.id, 10)] == ["tool_call", "tool_result", "user"]
 
 
-async def test_history_returns_the_last_n_rows_oldest_first(store: SQLiteStore, session: SessionRow) -> None:
+async def test_history_returns_the_last_n_rows_oldest_first(
+    store: DatabaseStore, session: SessionRow
+) -> None:
     for i in range(6):
         if i % 2:
             await store.add_assistant_message(session.id, "r1", f"m{i}")
@@ -300,7 +333,7 @@ async def test_history_returns_the_last_n_rows_oldest_first(store: SQLiteStore, 
     assert ids == sorted(ids)
 
 
-async def test_history_is_per_session(store: SQLiteStore, session: SessionRow) -> None:
+async def test_history_is_per_session(store: DatabaseStore, session: SessionRow) -> None:
     other = await store.ensure_active_session("cron:x")
     await store.add_user_message(session.id, "mine")
     await store.add_user_message(other.id, "theirs")
@@ -310,19 +343,19 @@ async def test_history_is_per_session(store: SQLiteStore, session: SessionRow) -
 # ---------------------------------------------------------------------------------------- loaded groups
 
 
-async def test_successful_group_loads_are_restored(store: SQLiteStore, session: SessionRow) -> None:
+async def test_successful_group_loads_are_restored(store: DatabaseStore, session: SessionRow) -> None:
     await load(store, session, "web")
     await load(store, session, "files")
     assert await store.loaded_groups(session.id) == {"web", "files"}
 
 
-async def test_failed_group_load_is_not_restored(store: SQLiteStore, session: SessionRow) -> None:
+async def test_failed_group_load_is_not_restored(store: DatabaseStore, session: SessionRow) -> None:
     await load(store, session, "nonexistent", status="error")
     await load(store, session, "web")
     assert await store.loaded_groups(session.id) == {"web"}
 
 
-async def test_only_load_tool_group_calls_count(store: SQLiteStore, session: SessionRow) -> None:
+async def test_only_load_tool_group_calls_count(store: DatabaseStore, session: SessionRow) -> None:
     await store.add_tool_exchange(
         session.id, "r1", exchange("c1", {"group_name": "web"}, tool_name="get_current_time")
     )
@@ -331,7 +364,7 @@ async def test_only_load_tool_group_calls_count(store: SQLiteStore, session: Ses
 
 
 async def test_malformed_group_load_inputs_are_skipped_without_raising(
-    store: SQLiteStore, session: SessionRow
+    store: DatabaseStore, session: SessionRow
 ) -> None:
     for raw in (
         "not json {",
@@ -355,21 +388,21 @@ async def test_malformed_group_load_inputs_are_skipped_without_raising(
     assert await store.loaded_groups(session.id) == {"files"}
 
 
-async def test_non_string_group_names_are_skipped(store: SQLiteStore, session: SessionRow) -> None:
+async def test_non_string_group_names_are_skipped(store: DatabaseStore, session: SessionRow) -> None:
     for value in (42, 1.5, None, ["web"], {"name": "web"}, False):
         await load(store, session, value)
     await load(store, session, "sessions")
     assert await store.loaded_groups(session.id) == {"sessions"}
 
 
-async def test_duplicate_group_loads_collapse(store: SQLiteStore, session: SessionRow) -> None:
+async def test_duplicate_group_loads_collapse(store: DatabaseStore, session: SessionRow) -> None:
     for _ in range(3):
         await load(store, session, "web")
     assert await store.loaded_groups(session.id) == {"web"}
 
 
 async def test_groups_loaded_in_another_session_are_not_included(
-    store: SQLiteStore, session: SessionRow
+    store: DatabaseStore, session: SessionRow
 ) -> None:
     other = await store.ensure_active_session("telegram:group:-1")
     await store.start_run("r2", other.id, None, "h")
@@ -380,7 +413,7 @@ async def test_groups_loaded_in_another_session_are_not_included(
 
 
 async def test_groups_do_not_carry_over_to_a_new_session_of_the_same_key(
-    store: SQLiteStore, session: SessionRow
+    store: DatabaseStore, session: SessionRow
 ) -> None:
     await load(store, session, "web")
     fresh = await store.start_new_session("main")
@@ -388,24 +421,24 @@ async def test_groups_do_not_carry_over_to_a_new_session_of_the_same_key(
     assert await store.loaded_groups(session.id) == {"web"}
 
 
+@pytest.mark.sqlite_only
 async def test_loaded_groups_is_one_query_on_the_group_loads_index(
-    store: SQLiteStore, session: SessionRow
+    store: DatabaseStore, session: SessionRow
 ) -> None:
     for i in range(20):
         await store.add_user_message(session.id, f"filler {i}")
     await load(store, session, "web")
 
     statements: list[str] = []
-    await store.db.set_trace_callback(statements.append)
+    # Reads run on the reader's connection: the callback goes there.
+    await store._read(lambda conn: cast(sqlite3.Connection, conn).set_trace_callback(statements.append))
     try:
         assert await store.loaded_groups(session.id) == {"web"}
     finally:
-        # aiosqlite annotates the callback as required; sqlite3 itself takes None to remove it.
-        await store.db.set_trace_callback(None)  # type: ignore[arg-type]
+        await store._read(lambda conn: cast(sqlite3.Connection, conn).set_trace_callback(None))
 
     assert len(statements) == 1
-    async with store.db.execute("EXPLAIN QUERY PLAN " + statements[0]) as cur:
-        plan = " | ".join(row[3] for row in await cur.fetchall())
+    plan = " | ".join(row[3] for row in await store._rows("EXPLAIN QUERY PLAN " + statements[0]))
     assert "USING INDEX messages_group_loads" in plan, plan
     assert "SCAN messages" not in plan, plan
 
@@ -414,7 +447,7 @@ async def test_loaded_groups_is_one_query_on_the_group_loads_index(
 
 
 @pytest.fixture
-async def searchable(store: SQLiteStore, session: SessionRow) -> SessionRow:
+async def searchable(store: DatabaseStore, session: SessionRow) -> SessionRow:
     await store.add_user_message(session.id, "the 100% solution")
     await store.add_user_message(session.id, "a plain 1000 result")
     await store.add_assistant_message(session.id, "r1", "use snake_case names")
@@ -429,7 +462,7 @@ async def searchable(store: SQLiteStore, session: SessionRow) -> SessionRow:
 
 
 async def test_search_finds_user_and_assistant_text_in_this_session_only(
-    store: SQLiteStore, searchable: SessionRow
+    store: DatabaseStore, searchable: SessionRow
 ) -> None:
     found = await store.search_messages(searchable.id, "SOLUTION", 10)
     assert [(m.kind, m.content) for m in found] == [("user", "the 100% solution")]
@@ -439,7 +472,7 @@ async def test_search_finds_user_and_assistant_text_in_this_session_only(
 
 
 async def test_search_treats_percent_and_underscore_literally(
-    store: SQLiteStore, searchable: SessionRow
+    store: DatabaseStore, searchable: SessionRow
 ) -> None:
     assert [m.content for m in await store.search_messages(searchable.id, "100%", 10)] == [
         "the 100% solution"
@@ -453,18 +486,18 @@ async def test_search_treats_percent_and_underscore_literally(
     ]
 
 
-async def test_search_respects_limit(store: SQLiteStore, searchable: SessionRow) -> None:
+async def test_search_respects_limit(store: DatabaseStore, searchable: SessionRow) -> None:
     assert len(await store.search_messages(searchable.id, "e", 2)) == 2
 
 
 # -------------------------------------------------------------------------------------------- listings
 
 
-async def set_updated_at(store: SQLiteStore, session_id: str, when: float) -> None:
-    await store.db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (when, session_id))
+async def set_updated_at(store: DatabaseStore, session_id: str, when: float) -> None:
+    await execute(store, "UPDATE sessions SET updated_at = ? WHERE id = ?", (when, session_id))
 
 
-async def test_list_sessions_orders_by_updated_at_desc_and_counts_messages(store: SQLiteStore) -> None:
+async def test_list_sessions_orders_by_updated_at_desc_and_counts_messages(store: DatabaseStore) -> None:
     a = await store.ensure_active_session("main")
     b = await store.ensure_active_session("cron:b")
     c = await store.ensure_active_session("telegram:dm:3")
@@ -484,7 +517,7 @@ async def test_list_sessions_orders_by_updated_at_desc_and_counts_messages(store
     assert [s.session.key for s in await store.list_sessions(limit=2)] == ["cron:b", "telegram:dm:3"]
 
 
-async def test_list_sessions_active_since_filters_by_updated_at(store: SQLiteStore) -> None:
+async def test_list_sessions_active_since_filters_by_updated_at(store: DatabaseStore) -> None:
     old = await store.ensure_active_session("main")
     recent = await store.ensure_active_session("cron:b")
     await set_updated_at(store, old.id, 100.0)
@@ -493,7 +526,7 @@ async def test_list_sessions_active_since_filters_by_updated_at(store: SQLiteSto
     assert len(await store.list_sessions(limit=10, active_since=100.0)) == 2
 
 
-async def test_list_sessions_hides_ended_sessions_unless_asked(store: SQLiteStore) -> None:
+async def test_list_sessions_hides_ended_sessions_unless_asked(store: DatabaseStore) -> None:
     old = await store.ensure_active_session("main")
     new = await store.start_new_session("main")
     assert [s.session.id for s in await store.list_sessions(limit=10)] == [new.id]
@@ -501,7 +534,7 @@ async def test_list_sessions_hides_ended_sessions_unless_asked(store: SQLiteStor
     assert everything == {old.id, new.id}
 
 
-async def test_adding_a_message_bumps_the_session_to_the_top(store: SQLiteStore) -> None:
+async def test_adding_a_message_bumps_the_session_to_the_top(store: DatabaseStore) -> None:
     a = await store.ensure_active_session("main")
     b = await store.ensure_active_session("cron:b")
     await set_updated_at(store, a.id, 100.0)
@@ -513,7 +546,7 @@ async def test_adding_a_message_bumps_the_session_to_the_top(store: SQLiteStore)
 # -------------------------------------------------------------------------------------------- memories
 
 
-async def test_memories_are_listed_in_order_per_scope_with_limit(store: SQLiteStore) -> None:
+async def test_memories_are_listed_in_order_per_scope_with_limit(store: DatabaseStore) -> None:
     for text in ("one", "two", "three"):
         await store.add_memory("main", text)
     await store.add_memory("telegram:dm:9", "someone else's")
@@ -527,7 +560,7 @@ async def test_memories_are_listed_in_order_per_scope_with_limit(store: SQLiteSt
 # ------------------------------------------------------------------------------------------------ runs
 
 
-async def test_run_round_trip(store: SQLiteStore, session: SessionRow) -> None:
+async def test_run_round_trip(store: DatabaseStore, session: SessionRow) -> None:
     await store.start_run("r2", session.id, "telegram", "abc")
     started = await store.get_run("r2")
     assert started is not None
@@ -554,10 +587,11 @@ async def test_run_round_trip(store: SQLiteStore, session: SessionRow) -> None:
     assert done.ended_at >= done.started_at
 
 
-async def test_unknown_run_is_none(store: SQLiteStore) -> None:
+async def test_unknown_run_is_none(store: DatabaseStore) -> None:
     assert await store.get_run("missing") is None
 
 
+@pytest.mark.sqlite_only
 async def test_a_version_one_database_is_upgraded_in_place_keeping_its_sessions(db_path: Path) -> None:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(db_path) as raw:
@@ -592,7 +626,7 @@ def outbox_item(**fields: Any) -> OutboxItem:
     return OutboxItem(**{**base, **fields})
 
 
-async def test_an_outbox_item_moves_from_pending_to_sent_with_its_message_id(store: SQLiteStore) -> None:
+async def test_an_outbox_item_moves_from_pending_to_sent_with_its_message_id(store: DatabaseStore) -> None:
     session = await store.ensure_active_session("main")
     [item_id] = await store.add_outbox(outbox_item(session_id=session.id, session_key="main"))
     await store.mark_outbox(item_id, "sending")
@@ -601,7 +635,7 @@ async def test_an_outbox_item_moves_from_pending_to_sent_with_its_message_id(sto
     assert (row.item.state, row.platform_msg_id, row.item.session_key) == ("sent", "99", "main")
 
 
-async def test_an_item_with_a_used_dedupe_key_is_refused(store: SQLiteStore) -> None:
+async def test_an_item_with_a_used_dedupe_key_is_refused(store: DatabaseStore) -> None:
     assert len(await store.add_outbox(outbox_item(dedupe_key="announce:x"))) == 1
     assert await store.add_outbox(outbox_item(dedupe_key="announce:x", text="again")) == []
     assert [r.item.text for r in await store.outbox()] == ["hi"]
@@ -610,7 +644,7 @@ async def test_an_item_with_a_used_dedupe_key_is_refused(store: SQLiteStore) -> 
     assert len(await store.add_outbox(outbox_item())) == 1
 
 
-async def test_the_chunks_of_one_item_are_written_together_with_consecutive_ids(store: SQLiteStore) -> None:
+async def test_the_chunks_of_one_item_are_written_together_with_consecutive_ids(store: DatabaseStore) -> None:
     parts = [outbox_item(text=f"part {n}", part=n, parts=3, dedupe_key="reply:r1") for n in range(3)]
     ids = await store.add_outbox(*parts)
     assert ids == [ids[0], ids[0] + 1, ids[0] + 2]
@@ -621,7 +655,7 @@ async def test_the_chunks_of_one_item_are_written_together_with_consecutive_ids(
     ]
 
 
-async def test_suppressed_items_are_counted_per_session(store: SQLiteStore) -> None:
+async def test_suppressed_items_are_counted_per_session(store: DatabaseStore) -> None:
     a = await store.ensure_active_session("main")
     b = await store.ensure_active_session("telegram:group:-1")
     for session, state in ((a, "suppressed"), (a, "suppressed"), (a, "sent"), (b, "suppressed")):
@@ -634,7 +668,7 @@ async def test_suppressed_items_are_counted_per_session(store: SQLiteStore) -> N
 
 
 async def test_items_suppressed_before_a_chat_had_a_session_count_for_the_next_session(
-    store: SQLiteStore,
+    store: DatabaseStore,
 ) -> None:
     key = "telegram:group:-1"
     await store.add_outbox(outbox_item(session_key=key, state="suppressed"))
@@ -647,7 +681,7 @@ async def test_items_suppressed_before_a_chat_had_a_session_count_for_the_next_s
     assert await store.count_outbox(second, "suppressed") == 1
 
 
-async def test_an_injected_message_keeps_the_session_that_wrote_it(store: SQLiteStore) -> None:
+async def test_an_injected_message_keeps_the_session_that_wrote_it(store: DatabaseStore) -> None:
     session = await store.ensure_active_session("telegram:group:-1")
     await store.add_user_message(session.id, "from main", via_session="main")
     await store.add_user_message(session.id, "from a person", sender="telegram:5")
@@ -655,7 +689,7 @@ async def test_an_injected_message_keeps_the_session_that_wrote_it(store: SQLite
     assert [(r.content, r.via_session) for r in rows] == [("from main", "main"), ("from a person", None)]
 
 
-async def test_the_send_override_is_kept_by_a_new_session_of_the_same_key(store: SQLiteStore) -> None:
+async def test_the_send_override_is_kept_by_a_new_session_of_the_same_key(store: DatabaseStore) -> None:
     old = await store.ensure_active_session("telegram:group:-1")
     await store.set_send_policy(old.id, "deny")
     new = await store.start_new_session("telegram:group:-1")
@@ -663,7 +697,7 @@ async def test_the_send_override_is_kept_by_a_new_session_of_the_same_key(store:
     assert (await store.active_session("telegram:group:-1")) == new
 
 
-async def test_a_write_cancelled_mid_transaction_leaves_the_connection_usable(store: SQLiteStore) -> None:
+async def test_a_write_cancelled_mid_transaction_leaves_the_connection_usable(store: DatabaseStore) -> None:
     session = await store.ensure_active_session("main")
     for ticks in range(30):
         task = asyncio.create_task(store.add_user_message(session.id, "x"))
@@ -679,7 +713,7 @@ async def test_a_write_cancelled_mid_transaction_leaves_the_connection_usable(st
 # -- crash recovery, integrity, backup -------------------------------------------------------
 
 
-async def test_runs_left_running_by_a_crash_are_aborted_once(store: SQLiteStore) -> None:
+async def test_runs_left_running_by_a_crash_are_aborted_once(store: DatabaseStore) -> None:
     session = await store.ensure_active_session("main")
     upto = await store.add_user_message(session.id, "question")
     await store.start_run("crashed", session.id, "telegram", "h", upto)
@@ -696,6 +730,7 @@ def read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
+@pytest.mark.sqlite_only
 async def test_a_damaged_database_is_refused_and_left_byte_for_byte(db_path: Path) -> None:
     store = SQLiteStore(db_path)
     await store.open()
@@ -712,8 +747,9 @@ async def test_a_damaged_database_is_refused_and_left_byte_for_byte(db_path: Pat
     assert read_bytes(db_path) == before
 
 
+@pytest.mark.sqlite_only
 async def test_a_backup_is_a_consistent_copy_taken_while_the_store_is_open(
-    store: SQLiteStore, tmp_path: Path
+    store: DatabaseStore, tmp_path: Path
 ) -> None:
     session = await store.ensure_active_session("main")
     await store.add_user_message(session.id, "keep me")

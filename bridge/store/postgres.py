@@ -1,0 +1,233 @@
+"""The PostgreSQL store: the same table code as SQLite's, on psycopg 3 connections from its pool.
+
+Why psycopg 3, used through its blocking API on a pool of threads, rather than asyncpg: the tables
+are written once, as plain functions of a DB-API connection that each run as one transaction
+(engine.py). psycopg's connections have that API, the one sqlite3 has, so the same functions run
+on both backends unchanged, and a transaction once started runs to its end even if the task
+awaiting it is cancelled (the SQLite engine promises the same). asyncpg has only an async API,
+which would mean a second copy of every table's code. The pool is psycopg_pool's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from bridge.config import mask_url
+from bridge.errors import StoreError
+from bridge.store.cache import ActiveSessions
+from bridge.store.engine import Conn, Cursor, Params, Work
+from bridge.store.pg_migrations import PG_MIGRATIONS
+from bridge.store.tables import DatabaseStore
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = len(PG_MIGRATIONS)
+# Serializable transactions that collide are run again; past this many tries the error stands.
+MAX_TRIES = 20
+# How long `bridge run` waits for the server at start before it says it cannot connect.
+OPEN_TIMEOUT_S = 10.0
+# Any fixed number: the advisory lock that lets one worker at a time migrate the schema.
+_MIGRATE_LOCK = 0x42_52_49_44_47_45  # "BRIDGE"
+
+_CHECK_SERVER = (
+    "check [storage] url (user, host, port and database), that the server is running, and that "
+    "the user may connect"
+)
+
+
+class PostgresEngine:
+    """A psycopg connection pool; each transaction function runs on a pool thread with a connection.
+
+    Writes run SERIALIZABLE, and a transaction that collides with another worker's is run again
+    from the start (the functions have no effects outside the database), so each keeps the
+    one-writer-at-a-time meaning it has on SQLite. Snapshot reads run REPEATABLE READ.
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = url
+        self.label = f"database {mask_url(url)}"
+        self.pool_size = pool_size
+        self._pool: ConnectionPool | None = None
+        self._threads: ThreadPoolExecutor | None = None
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            from psycopg_pool import ConnectionPool, PoolTimeout
+        except ImportError:
+            raise StoreError(
+                "[storage] url names a PostgreSQL server, but psycopg is not installed",
+                remedy="install Bridge with its PostgreSQL extra: pip install 'bridge[postgresql]'",
+            ) from None
+
+        self._threads = ThreadPoolExecutor(self.pool_size, thread_name_prefix="bridge-pg")
+        # autocommit: the engine writes BEGIN and COMMIT itself, as the SQLite engine does.
+        pool = ConnectionPool(
+            self.url, min_size=1, max_size=self.pool_size, open=False, kwargs={"autocommit": True}
+        )
+        try:
+            await self._on_thread(lambda: pool.open(wait=True, timeout=OPEN_TIMEOUT_S))
+        except PoolTimeout:
+            await self._stop_threads()
+            raise StoreError(f"cannot connect to {self.label}", remedy=_CHECK_SERVER) from None
+        self._pool = pool
+        try:
+            await self._run(self._migrate, begin="BEGIN")
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await self._on_thread(pool.close)
+        await self._stop_threads()
+
+    async def write(self, work: Work[T]) -> T:
+        return await self._run(work, begin="BEGIN ISOLATION LEVEL SERIALIZABLE")
+
+    async def read(self, work: Work[T], *, snapshot: bool = False) -> T:
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else None
+        return await self._run(work, begin=begin)
+
+    async def backup(self, target: Path) -> None:
+        raise StoreError(
+            f"`bridge backup` copies SQLite files; {self.label} is PostgreSQL",
+            remedy="use pg_dump (for example `pg_dump -Fc -f bridge.dump DBNAME`), which makes a "
+            "consistent copy while workers keep writing",
+        )
+
+    # ---------------------------------------------------------------- on the pool's threads
+
+    async def _run(self, work: Work[T], *, begin: str | None) -> T:
+        import psycopg
+
+        if self._pool is None:
+            raise StoreError("store is not open")
+        pool = self._pool
+        try:
+            return await self._on_thread(lambda: _transaction(pool, work, begin))
+        except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
+            # The server is gone, refused us or ran out of something: not the caller's fault.
+            raise StoreError(f"{self.label}: {_first_line(exc)}", remedy=_CHECK_SERVER) from exc
+
+    def _migrate(self, conn: Conn) -> None:
+        """Bring the schema to SCHEMA_VERSION under an advisory lock, so workers starting together
+        migrate it once; refuse a newer one."""
+        conn.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATE_LOCK,))
+        conn.execute("CREATE TABLE IF NOT EXISTS bridge_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT version FROM bridge_schema").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.label} has schema version {version}, newer than this Bridge understands "
+                f"({SCHEMA_VERSION})",
+                remedy="upgrade Bridge (every worker), or use another [storage] url",
+            )
+        for index in range(version, SCHEMA_VERSION):
+            cast(_PgConn, conn).raw(PG_MIGRATIONS[index])
+        if row is None:
+            conn.execute("INSERT INTO bridge_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+        elif version < SCHEMA_VERSION:
+            conn.execute("UPDATE bridge_schema SET version = ?", (SCHEMA_VERSION,))
+
+    async def _on_thread(self, fn: Callable[[], T]) -> T:
+        if self._threads is None:
+            raise StoreError("store is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn)
+
+    async def _stop_threads(self) -> None:
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            await asyncio.to_thread(threads.shutdown, wait=True)
+
+
+def _transaction(pool: ConnectionPool, work: Work[T], begin: str | None) -> T:
+    """`work` as one transaction (or, with no `begin`, statements in autocommit), run again when a
+    serializable transaction collides with another."""
+    import psycopg.errors
+
+    for attempt in range(1, MAX_TRIES + 1):
+        with pool.connection() as conn:
+            wrapped = _PgConn(conn)
+            if begin is None:
+                return work(wrapped)
+            conn.execute(begin)
+            try:
+                result = work(wrapped)
+                conn.execute("COMMIT")
+                return result
+            except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
+                conn.execute("ROLLBACK")
+                if attempt == MAX_TRIES:
+                    raise
+            except BaseException:
+                if not conn.closed:
+                    conn.execute("ROLLBACK")
+                raise
+        # Jittered, growing waits: two workers that collided must not collide again in step.
+        time.sleep(random.uniform(0, 0.002 * attempt))
+    raise AssertionError("unreachable")
+
+
+class _PgConn:
+    """A psycopg connection speaking the tables' dialect: `?` and `:name` placeholders."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Params = (), /) -> Cursor:
+        if not params:
+            # No placeholders to fill, so no % to escape either.
+            return self._conn.execute(sql.encode())
+        return self._conn.execute(_translate(sql), params)
+
+    def raw(self, script: str) -> None:
+        """A script of several statements (a migration), sent as it is."""
+        self._conn.execute(script.encode())
+
+
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|::|\?|:[A-Za-z_]\w*|%")
+
+
+@functools.lru_cache(maxsize=1024)
+def _translate(sql: str) -> bytes:
+    """sqlite3's placeholders as psycopg's: `?` → `%s`, `:name` → `%(name)s`, `%` → `%%`; quoted
+    text and `::` casts are left as they are."""
+
+    def swap(match: re.Match[str]) -> str:
+        token = match.group()
+        if token == "?":
+            return "%s"
+        if token == "%":
+            return "%%"
+        if token.startswith(":") and token != "::":
+            return f"%({token[1:]})s"
+        return token
+
+    return _TOKENS.sub(swap, sql).encode()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class PostgresStore(DatabaseStore):
+    """The Store on a PostgreSQL server ([storage] url), shared by every worker started with it."""
+
+    def __init__(self, url: str, *, pool_size: int = 10, sessions: ActiveSessions | None = None) -> None:
+        self.url = url
+        super().__init__(PostgresEngine(url, pool_size=pool_size), sessions=sessions)

@@ -1,0 +1,161 @@
+"""The PostgreSQL store's own behaviour: schema versions, two workers on one database, its errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from bridge.errors import StoreError
+from bridge.store import postgres as postgres_module
+from bridge.store.base import ToolExchange
+from bridge.store.messages import LOADED_GROUPS_SQL
+from bridge.store.migrations import MIGRATIONS
+from bridge.store.pg_migrations import PG_MIGRATIONS
+from bridge.store.postgres import PostgresStore
+from bridge.store.sqlite import dumps
+from tests.pg import PostgresServer, free_port
+
+
+@pytest.fixture
+def url(postgres: PostgresServer) -> str:
+    return postgres.database()
+
+
+@pytest.fixture
+async def two(url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    """Two stores on one database, as two workers have."""
+    first, second = PostgresStore(url, pool_size=4), PostgresStore(url, pool_size=4)
+    await asyncio.gather(first.open(), second.open())
+    try:
+        yield first, second
+    finally:
+        await asyncio.gather(first.close(), second.close())
+
+
+def load(call_id: str, group: str) -> ToolExchange:
+    """A successful load_tool_group call, as the runner records it."""
+    return ToolExchange(call_id, "load_tool_group", dumps({"group_name": group}), "ok", "success", 0)
+
+
+def sql(url: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(query.encode(), params or None)
+        return cursor.fetchall() if cursor.description else []
+
+
+def test_both_backends_have_the_same_schema_versions() -> None:
+    assert len(PG_MIGRATIONS) == len(MIGRATIONS)
+
+
+async def test_workers_starting_together_migrate_the_schema_once(
+    two: tuple[PostgresStore, PostgresStore], url: str
+) -> None:
+    assert sql(url, "SELECT version FROM bridge_schema") == [(len(PG_MIGRATIONS),)]
+
+
+async def test_a_database_newer_than_this_bridge_is_refused_naming_both_versions(url: str) -> None:
+    store = PostgresStore(url)
+    await store.open()
+    await store.close()
+    sql(url, "UPDATE bridge_schema SET version = 99")
+    with pytest.raises(StoreError) as info:
+        await PostgresStore(url).open()
+    assert "schema version 99" in str(info.value)
+    assert f"({len(PG_MIGRATIONS)})" in str(info.value)
+
+
+async def test_a_server_that_does_not_answer_is_a_store_error_without_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(postgres_module, "OPEN_TIMEOUT_S", 1.0)
+    store = PostgresStore(f"postgresql://bot:hunter2-secret@127.0.0.1:{free_port()}/bridge")
+    with pytest.raises(StoreError) as info:
+        await store.open()
+    text = info.value.for_log()
+    assert "cannot connect to database postgresql://" in text
+    assert "127.0.0.1" in text
+    assert "hunter2-secret" not in text
+    assert "[storage] url" in text  # the remedy names the key to check
+
+
+async def test_backup_points_to_pg_dump(url: str, tmp_path: Any) -> None:
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        with pytest.raises(StoreError) as info:
+            await store.backup(tmp_path / "copy.db")
+    finally:
+        await store.close()
+    assert "pg_dump" in info.value.for_log()
+    assert not (tmp_path / "copy.db").exists()
+
+
+async def test_two_workers_asking_for_a_new_chat_at_once_share_one_session(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    first, second = two
+    for n in range(20):
+        a, b = await asyncio.gather(
+            first.ensure_active_session(f"telegram:dm:{n}"), second.ensure_active_session(f"telegram:dm:{n}")
+        )
+        assert a.id == b.id
+
+
+async def test_a_message_both_workers_received_is_stored_once(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    first, second = two
+    session = await first.ensure_active_session("telegram:dm:1")
+    for n in range(20):
+        ids = await asyncio.gather(
+            first.add_user_message(session.id, "hi", platform_msg_id=f"tg:1:{n}"),
+            second.add_user_message(session.id, "hi", platform_msg_id=f"tg:1:{n}"),
+        )
+        assert sorted(ids, key=lambda i: i is None)[1] is None, ids  # one stored it, the other saw it
+        assert [i for i in ids if i is not None]
+    assert await first.count_messages(session.id) == 20
+
+
+async def test_concurrent_writes_that_collide_are_retried_not_lost(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    first, second = two
+    session = await first.ensure_active_session("discord:channel:1")
+    await first.start_run("r1", session.id, None, "h")
+    writes = [
+        store.add_tool_exchange(
+            session.id,
+            "r1",
+            ToolExchange(f"c{n}", "load_tool_group", dumps({"group_name": f"g{n}"}), "ok", "success", 0),
+        )
+        for n in range(40)
+        for store in [(first, second)[n % 2]]
+    ]
+    await asyncio.gather(*writes)
+    assert await second.count_messages(session.id) == 80
+    assert await second.loaded_groups(session.id) == {f"g{n}" for n in range(40)}
+
+
+async def test_loaded_groups_are_one_query_on_the_group_loads_index(url: str) -> None:
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        session = await store.ensure_active_session("main")
+        await store.start_run("r1", session.id, None, "h")
+        await store.add_tool_exchange(
+            session.id,
+            "r1",
+            ToolExchange("c1", "load_tool_group", dumps({"group_name": "web"}), "ok", "success", 0),
+        )
+    finally:
+        await store.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        # A tiny table is scanned whatever its indexes; the planner is asked to use one if it can.
+        conn.execute(b"SET enable_seqscan = off")
+        explain = postgres_module._translate("EXPLAIN " + LOADED_GROUPS_SQL)
+        plan = "\n".join(row[0] for row in conn.execute(explain, ("x",)))
+    assert "messages_group_loads" in plan, plan
