@@ -33,12 +33,24 @@ if TYPE_CHECKING:
 
     from bridge.app import Bridge
     from bridge.reload import ConfigReloader
-    from bridge.store.sqlite import SQLiteStore
+    from bridge.store.tables import DatabaseStore
 
 EXIT_CONFIG = 2
 EXIT_RUNTIME = 1
 # The largest LIMIT SQLite takes; a larger --limit means "all of them" anyway.
 SQLITE_MAX_INT = 2**63 - 1
+
+
+def _sqlite_source(value: str) -> Path:
+    """--from: sqlite:PATH (or a bare path)."""
+    return Path(value.removeprefix("sqlite:"))
+
+
+def _postgres_target(value: str) -> str:
+    """--to: a PostgreSQL URL, checked as [storage] url is."""
+    if not value.startswith(("postgresql://", "postgres://")):
+        raise argparse.ArgumentTypeError("must be a PostgreSQL URL, postgresql://user@host:port/database")
+    return value
 
 
 def _text(value: str) -> str:
@@ -79,6 +91,21 @@ def _parser() -> argparse.ArgumentParser:
     backup = sub.add_parser("backup", help="copy the database to PATH while the bot may be running")
     backup.add_argument("path", type=Path, metavar="PATH", help="the new backup file (must not exist)")
     backup.add_argument("--config", type=Path, help=config_help)
+
+    migrate = sub.add_parser(
+        "migrate", help="copy a bot's SQLite database into an empty PostgreSQL one, checking the counts"
+    )
+    migrate.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        type=_sqlite_source,
+        metavar="sqlite:PATH",
+        help="the SQLite file",
+    )
+    migrate.add_argument(
+        "--to", dest="target", required=True, type=_postgres_target, metavar="postgresql://USER@HOST:PORT/DB"
+    )
 
     trace = sub.add_parser("trace", help="print what one run sent to the model and which tools it ran")
     trace.add_argument("run_id", metavar="RUN_ID", type=_text)
@@ -125,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "local-model":
         return local_model(args)
+    if args.command == "migrate":
+        return asyncio.run(migrate_database(args.source, args.target))
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
@@ -191,13 +220,14 @@ def check_config(settings: Settings, path: Path | None) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _existing_store(settings: Settings) -> AsyncIterator[SQLiteStore]:
-    """The bot's database for a read-only command; StoreError when there is none (none is created)."""
-    from bridge.store.sqlite import SQLiteStore
+async def _existing_store(settings: Settings) -> AsyncIterator[DatabaseStore]:
+    """The bot's database for a read-only command; StoreError when there is no SQLite file (none is
+    created). A PostgreSQL database is opened as it is (and its schema brought up to date)."""
+    from bridge.store.backends import store_for
 
-    if not settings.storage.path.is_file():
+    if not settings.storage.postgres and not settings.storage.path.is_file():
         raise StoreError(f"no database at {settings.storage.path}")
-    store = SQLiteStore(settings.storage.path)
+    store = store_for(settings.storage)
     await store.open()
     try:
         yield store
@@ -256,7 +286,25 @@ async def backup_database(settings: Settings, target: Path) -> int:
             await store.backup(target)
     except StoreError as exc:
         return fail(exc, settings, doing="backup failed")
-    print(f"backed up {settings.storage.path} to {target}")
+    print(f"backed up {settings.storage.describe()} to {target}")
+    return 0
+
+
+async def migrate_database(source: Path, url: str) -> int:
+    """`bridge migrate --from sqlite:PATH --to postgresql://...`: copy, then compare counts per table."""
+    from bridge.store.transfer import sqlite_to_postgres
+
+    try:
+        copied = await sqlite_to_postgres(source, url)
+    except StoreError as exc:
+        return fail(exc, doing="migrate failed")
+    print(f"{'table':<10}  {'in SQLite':>10}  {'in PostgreSQL':>13}")
+    for count in copied:
+        print(f"{count.table:<10}  {count.source:>10}  {count.target:>13}{'' if count.ok else '  MISMATCH'}")
+    if not all(count.ok for count in copied):
+        print("bridge: migrate failed: the counts differ; nothing was committed", file=sys.stderr)
+        return EXIT_RUNTIME
+    print(f"copied {source} to {mask_url(url)}; set [storage] url to it and start the workers")
     return 0
 
 
@@ -277,7 +325,7 @@ async def explain_policy(settings: Settings, key: str, surface: str | None) -> i
         return EXIT_CONFIG
     session = None
     # Read the /send override from the bot's database, without creating one where there is none.
-    if settings.storage.path.is_file():
+    if settings.storage.postgres or settings.storage.path.is_file():
         try:
             async with _existing_store(settings) as store:
                 session = await store.active_session(key)
