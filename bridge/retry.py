@@ -108,12 +108,22 @@ async def with_retries(
     The last failure is raised as it was, a RetryableError with `attempts` set. `sleep` and `clock`
     are injectable so tests run the waits, and the total-time cap, without waiting.
     """
-    attempts = 0
+    # The first try runs outside tenacity: most calls succeed at once, and setting up its machinery
+    # for each of them showed in profiles of the model request path.
+    attempts = 1
+    try:
+        return await attempt()
+    except Exception as error:
+        first: Exception | None = error
     describe = describe or _describe
     verdicts: dict[int, Verdict] = {}
 
     async def counted() -> T:
-        nonlocal attempts
+        nonlocal attempts, first
+        if first is not None:
+            # Tenacity's first try is the one already made: it judges that failure as any other.
+            error, first = first, None
+            raise error
         attempts += 1
         return await attempt()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import re
 from typing import Any
@@ -14,6 +15,7 @@ from bridge.config import REDACTED, LLMSettings, mask_url
 from bridge.errors import ProviderError
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion
+from bridge.llm.transport import AiohttpTransport
 from bridge.localmodel import is_local_model_url
 from bridge.logs import redacting, secret_values
 from bridge.retry import Backoff, RetryableError, Sleep, parse_retry_after, with_retries
@@ -22,6 +24,7 @@ from bridge.retry import Backoff, RetryableError, Sleep, parse_retry_after, with
 NOT_RETRYABLE_KEY = frozenset({401, 403})
 # 408 (request timeout) and 409 (conflict) are transient on some gateways, like 429 and 5xx.
 RETRYABLE_4XX = frozenset({408, 409, 429})
+_JSON = {"Content-Type": "application/json"}
 # What of the server's own words reaches the chat: one line, this long at most.
 MAX_SUMMARY_CHARS = 200
 # What of the server's answer a run's trace keeps; an HTML error page can run to megabytes.
@@ -86,14 +89,16 @@ class HTTPProvider:
         # Named after the concrete provider's module, so log filters keep working per provider.
         self._log = logging.getLogger(type(self).__module__)
         self._client = httpx.AsyncClient(
-            timeout=settings.timeout_s, headers=self._headers(), transport=transport
+            timeout=settings.timeout_s, headers=self._headers(), transport=transport or AiohttpTransport()
         )
 
     async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
         body = self._request_body(messages, tools)
+        # Serialized once, not once per attempt: the body repeats the whole history and the tools.
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         try:
             completion = await with_retries(
-                lambda: self._attempt(body),
+                lambda: self._attempt(payload),
                 what="Model request",
                 log=self._log,
                 backoff=self._backoff,
@@ -124,9 +129,9 @@ class HTTPProvider:
 
     # -- one attempt -----------------------------------------------------------------------
 
-    async def _attempt(self, body: dict[str, Any]) -> Completion:
+    async def _attempt(self, payload: bytes) -> Completion:
         try:
-            response = await self._client.post(self._endpoint(), json=body)
+            response = await self._client.post(self._endpoint(), content=payload, headers=_JSON)
         except httpx.TimeoutException as exc:
             raise AttemptFailed("timeout", f"timed out ({type(exc).__name__})", body=chain(exc)) from exc
         except httpx.ConnectError as exc:

@@ -1,0 +1,101 @@
+"""The aiohttp transport under model requests: httpx's errors for each failure, and proxies honoured."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+from aiohttp import web
+
+from bridge.llm.transport import AiohttpTransport
+from tests.fakes.loopback import closed_port
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(transport=AiohttpTransport(), timeout=2.0) as http:
+        yield http
+
+
+async def serve(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def test_a_request_and_its_answer_pass_through_unchanged(client: httpx.AsyncClient) -> None:
+    async def echo(request: web.Request) -> web.Response:
+        body = await request.read()
+        return web.Response(body=body[::-1], status=201, headers={"X-Seen": request.headers["Authorization"]})
+
+    runner, base = await serve(echo)
+    try:
+        response = await client.post(f"{base}/v1", content=b"hello", headers={"Authorization": "Bearer k"})
+    finally:
+        await runner.cleanup()
+    assert (response.status_code, response.content, response.headers["x-seen"]) == (201, b"olleh", "Bearer k")
+
+
+async def test_a_refused_connection_is_a_connect_error_not_a_timeout(client: httpx.AsyncClient) -> None:
+    with pytest.raises(httpx.ConnectError) as info:
+        await client.get(f"http://127.0.0.1:{closed_port()}/v1")
+    assert not isinstance(info.value, httpx.TimeoutException)
+
+
+async def test_a_server_too_slow_to_answer_is_a_read_timeout(client: httpx.AsyncClient) -> None:
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.Response(text="late")
+
+    runner, base = await serve(slow)
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get(f"{base}/v1", timeout=httpx.Timeout(2.0, read=0.2))
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_connection_dropped_mid_body_is_a_read_error(client: httpx.AsyncClient) -> None:
+    async def cut(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": "1000"})
+        await response.prepare(request)
+        await response.write(b'{"partial": ')
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    runner, base = await serve(cut)
+    try:
+        with pytest.raises(httpx.ReadError):
+            await client.get(f"{base}/v1")
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_proxy_variables_are_honoured_as_httpx_honours_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[str] = []
+
+    async def proxy(request: web.Request) -> web.Response:
+        seen.append(str(request.url))
+        return web.Response(text="via proxy")
+
+    runner, base = await serve(proxy)
+    monkeypatch.setenv("HTTP_PROXY", base)
+    monkeypatch.setenv("NO_PROXY", "")
+    monkeypatch.setenv("no_proxy", "")
+    try:
+        async with httpx.AsyncClient(transport=AiohttpTransport()) as http:
+            response = await http.get("http://model.example/v1/chat/completions")
+    finally:
+        await runner.cleanup()
+    assert response.text == "via proxy"
+    assert seen and seen[0].endswith("/v1/chat/completions")
