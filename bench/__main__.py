@@ -9,13 +9,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import memory, real_model, restore_cost, round_trips, schema_tokens, throughput
+from bench import http_throughput, memory, real_model, restore_cost, round_trips, schema_tokens, throughput
 from bench.common import RESULTS, machine
 
 BENCHMARKS: dict[str, Callable[[bool], Awaitable[dict[str, Any]]]] = {
     "schema_tokens": schema_tokens.run,
     "restore_cost": restore_cost.run,
     "throughput": throughput.run,
+    "http_throughput": http_throughput.run,
     "memory": memory.run,
     "round_trips": round_trips.run,
 }

@@ -38,7 +38,10 @@ class BenchModel:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         turn = next(m.content for m in reversed(messages) if m.role == "user")
-        if messages[-1].role == "user":
+        if not tools:
+            # A compaction's request (it offers no tools): a summary, as a model would write.
+            completion = Completion("Summary: the user asked for the time, and got it.")
+        elif messages[-1].role == "user":
             completion = Completion("", (ToolCall(f"call_{next(self._ids)}", "get_current_time", "{}"),))
         else:
             completion = Completion(f"answer to {turn}")
@@ -90,6 +93,17 @@ async def one_session(
         assert done is not None
         await done
         overheads.append(time.perf_counter() - started - model.spent[text])
+
+
+async def one_session_timed(bridge: Bridge, user: int, turns: int, latencies: list[float]) -> None:
+    """Like one_session, for a model that is not in process: each turn's whole time is recorded."""
+    for turn in range(turns):
+        inbound = Inbound("bench", "dm", f"c{user}", f"u{user}", f"u{user} t{turn}", message_id=str(turn))
+        started = time.perf_counter()
+        done = await bridge.handle(inbound)
+        assert done is not None
+        await done
+        latencies.append(time.perf_counter() - started)
 
 
 async def measure(sessions: int, turns: int, delay_s: float) -> dict[str, Any]:

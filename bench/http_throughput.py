@@ -1,0 +1,98 @@
+"""Throughput over HTTP: Bridge in process, the instant model in another process, 100 chats × 20 turns."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from bench.common import percentile, table, write_results
+from bench.throughput import NullSender, one_session_timed
+from bridge.app import Bridge
+from bridge.config import Settings
+
+SESSIONS, TURNS = 100, 20
+SMOKE_SESSIONS, SMOKE_TURNS = 5, 3
+# 20 times the 8 turns/s nanobot 0.3.5 does on these machines with the same workload.
+TARGET_TURNS_PER_S = 160
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def instant_model() -> AsyncIterator[str]:
+    """The instant model in a process of its own; its base URL."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.instant_model", str(port), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 30)
+        assert line.strip() == b"ready", line
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+def settings_for(folder: Path, base_url: str, sessions: int) -> Settings:
+    return Settings(
+        llm={"base_url": base_url, "model": "instant"},
+        storage={"path": str(folder / "bench.db")},
+        tools={"workspace": str(folder / "workspace")},
+        runs={"max_concurrent_runs": min(sessions, 1000)},
+    )
+
+
+async def measure(sessions: int, turns: int) -> dict[str, Any]:
+    async with instant_model() as base_url:
+        with tempfile.TemporaryDirectory() as tmp:
+            sender = NullSender()
+            latencies: list[float] = []
+            async with Bridge(settings_for(Path(tmp), base_url, sessions)) as bridge:
+                bridge.add_sender(sender)
+                await one_session_timed(bridge, -1, 1, [])  # lazy imports and the first connection
+                started = time.perf_counter()
+                await asyncio.gather(
+                    *(one_session_timed(bridge, u, turns, latencies) for u in range(sessions))
+                )
+                elapsed = time.perf_counter() - started
+    total = sessions * turns
+    return {
+        "sessions": sessions,
+        "turns": total,
+        "seconds": round(elapsed, 3),
+        "turns_per_s": round(total / elapsed, 1),
+        "turn_p50_ms": round(percentile(latencies, 50) * 1000, 2),
+        "turn_p99_ms": round(percentile(latencies, 99) * 1000, 2),
+    }
+
+
+async def run(smoke: bool = False) -> dict[str, Any]:
+    result = await measure(*((SMOKE_SESSIONS, SMOKE_TURNS) if smoke else (SESSIONS, TURNS)))
+    print(
+        table(
+            "Over HTTP: the instant model in another process (bench/instant_model.py), each turn a tool "
+            "call then a reply, two model requests",
+            ["sessions", "turns", "seconds", "turns/s", "turn p50 ms", "turn p99 ms"],
+            [list(result.values())],
+        )
+    )
+    data = {"result": result, "targets": {f"turns_per_s_at_least_{TARGET_TURNS_PER_S}": None}}
+    data["targets"][f"turns_per_s_at_least_{TARGET_TURNS_PER_S}"] = (
+        result["turns_per_s"] >= TARGET_TURNS_PER_S
+    )
+    print(f"targets: {data['targets']}\n")
+    write_results("http_throughput", data, smoke=smoke)
+    return data

@@ -1,0 +1,54 @@
+"""`python -m bench.instant_model PORT`: an OpenAI-compatible model that answers at once, in its own process.
+
+The HTTP benchmark's model: one tool call on a turn's first request, then a final reply, and a
+short summary when asked to compact (a request without tools). Nothing is computed, so what the
+benchmark measures is Bridge and the HTTP between them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from typing import Any
+
+from aiohttp import web
+
+_ids = itertools.count()
+
+
+def answer(body: dict[str, Any]) -> dict[str, Any]:
+    messages = body.get("messages") or []
+    message: dict[str, Any]
+    if not body.get("tools"):
+        message = {"role": "assistant", "content": "Summary: the user asked for the time, and got it."}
+    elif messages and messages[-1].get("role") == "user":
+        function = {"name": "get_current_time", "arguments": "{}"}
+        call = {"id": f"call_{next(_ids)}", "type": "function", "function": function}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    else:
+        turn = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), "")
+        message = {"role": "assistant", "content": f"answer to {turn}"}
+    return {
+        "id": "instant",
+        "object": "chat.completion",
+        "model": body.get("model", "instant"),
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+async def completions(request: web.Request) -> web.Response:
+    body = json.loads(await request.read())
+    return web.json_response(answer(body))
+
+
+def main() -> None:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    # The parent reads this line to know the server is up.
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda _: print("ready", flush=True))
+
+
+if __name__ == "__main__":
+    main()
