@@ -38,7 +38,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         with _mapped():
             response = await self._session.request(
                 request.method,
-                str(request.url),
+                # Credentials in the URL are httpx's to turn into a header (aiohttp refuses both).
+                str(request.url.copy_with(userinfo=b"")),
                 headers=request.headers.multi_items(),
                 data=request.content or None,
                 allow_redirects=False,

@@ -99,3 +99,18 @@ async def test_the_proxy_variables_are_honoured_as_httpx_honours_them(
         await runner.cleanup()
     assert response.text == "via proxy"
     assert seen and seen[0].endswith("/v1/chat/completions")
+
+
+async def test_credentials_in_the_url_go_as_httpx_sends_them_not_as_an_error(
+    client: httpx.AsyncClient,
+) -> None:
+    async def auth(request: web.Request) -> web.Response:
+        return web.Response(text=request.headers.get("Authorization", "none"))
+
+    runner, base = await serve(auth)
+    try:
+        response = await client.get(base.replace("http://", "http://user:secret@") + "/v1")
+    finally:
+        await runner.cleanup()
+    assert response.status_code == 200
+    assert response.text.startswith("Basic ")  # httpx made the header; aiohttp did not refuse it
