@@ -43,6 +43,10 @@ def _url_credentials(value: str) -> Iterator[str]:
     """The whole "user:password" of each URL, and the password alone, as written and decoded."""
     for userinfo in url_userinfo(value):
         password = userinfo.partition(":")[2]
+        if not password:
+            # A user name alone ("postgresql://bridge@host/db") is no secret; hiding it would hide
+            # every other use of the word in the logs too.
+            continue
         # httpx and others log a URL's credentials as written or percent-decoded.
         for part in (userinfo, password):
             yield part
