@@ -107,6 +107,7 @@ class Bridge:
     async def start(self) -> None:
         await self.store.open()
         try:
+            await self.store.claim_worker()
             # Runs a crash cut short are closed, and their notices queued in the same transaction: a
             # second crash before they go out cannot lose them. recover() sends them.
             await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)

@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from bridge.errors import StoreError
+
 T = TypeVar("T")
 
 Params = Sequence[Any] | Mapping[str, Any]
@@ -44,6 +46,10 @@ class Engine(Protocol):
     async def write(self, work: Work[T]) -> T: ...
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T: ...
     async def backup(self, target: Path) -> None: ...
+    async def claim(self, name: str) -> bool:
+        """Hold the lock `name` for as long as the engine is open, and across every process using the
+        database; False when another holds it. A process that dies loses its locks at once."""
+        ...
 
 
 class Database:
@@ -60,6 +66,18 @@ class Database:
 
     async def backup(self, target: Path) -> None:
         await self.engine.backup(target)
+
+    async def claim_worker(self) -> None:
+        """Make this process the one `bridge run` on the database, or raise StoreError saying who is.
+
+        Until the workers coordinate their runs and platform connections (several workers is work in
+        progress), a second one on the same database would answer messages twice.
+        """
+        if not await self.engine.claim("bridge.worker"):
+            raise StoreError(
+                f"another Bridge process is already running on {self.engine.label}",
+                remedy="stop it first: one `bridge run` (or `bridge chat`) per database for now",
+            )
 
     async def _write(self, work: Work[T]) -> T:
         return await self.engine.write(work)

@@ -61,6 +61,8 @@ class PostgresEngine:
         self.pool_size = pool_size
         self._pool: ConnectionPool | None = None
         self._threads: ThreadPoolExecutor | None = None
+        # Connections that hold session-level advisory locks (claim): closing one releases its lock.
+        self._held: list[psycopg.Connection[Any]] = []
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -91,6 +93,9 @@ class PostgresEngine:
             raise
 
     async def close(self) -> None:
+        held, self._held = self._held, []
+        for conn in held:
+            await self._on_thread(conn.close)
         pool, self._pool = self._pool, None
         if pool is not None:
             await self._on_thread(pool.close)
@@ -102,6 +107,25 @@ class PostgresEngine:
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T:
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else None
         return await self._run(work, begin=begin)
+
+    async def claim(self, name: str) -> bool:
+        """A session-level advisory lock on a connection of its own, outside the pool: the server
+        drops it the moment that connection ends, a killed process's included."""
+        import psycopg
+
+        def take() -> bool:
+            conn = psycopg.connect(self.url, autocommit=True)
+            row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)).fetchone()
+            if row is not None and row[0]:
+                self._held.append(conn)
+                return True
+            conn.close()
+            return False
+
+        try:
+            return await self._on_thread(take)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"{self.label}: {_first_line(exc)}", remedy=_CHECK_SERVER) from exc
 
     async def backup(self, target: Path) -> None:
         raise StoreError(

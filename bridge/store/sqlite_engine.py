@@ -116,6 +116,10 @@ class SQLiteEngine:
 
         await self._call(self._reader or self._open_writer(), "raw", copy)
 
+    async def claim(self, name: str) -> bool:
+        # One process per file is not enforced here (the file's own locking keeps it consistent).
+        return True
+
     # ---------------------------------------------------------------- on the threads
 
     def _connect(self) -> sqlite3.Connection:
