@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -98,18 +97,20 @@ class AgentRunner:
         observer = observer or NullObserver()
         agent = self.settings.agent
         run_id = run_id or new_id()
-        context = await self.store.run_context(
-            session.id, session.key, agent.history_limit, agent.memory_limit
+        # The context read and the run row written in one transaction (one trip to the database).
+        started = await self.store.begin_run(
+            run_id,
+            session.id,
+            channel,
+            memory_scope=session.key,
+            history_limit=agent.history_limit,
+            memory_limit=agent.memory_limit,
+            upto=upto,
+            force=force,
         )
-        rows = context.rows
-        if upto is not None:
-            # A turn of its own for one message (queue_mode = "followup"): later ones wait their turn.
-            rows = [r for r in rows if r.kind != "user" or r.id <= upto]
-        last_user = next((r for r in reversed(rows) if r.kind == "user"), None)
-        if last_user is None or (not force and last_user.id <= context.answered_upto):
+        if started.answers is None or started.input_hash is None:
             return RunResult(run_id, "skipped", "")
-        input_hash = hashlib.sha256(last_user.content.encode()).hexdigest()
-        await self.store.start_run(run_id, session.id, channel, input_hash, last_user.id)
+        context, rows, input_hash = started.context, started.rows, started.input_hash
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
         loaded = self.registry.known_groups(context.loaded_groups if self.restore_groups else ())
@@ -234,7 +235,7 @@ class AgentRunner:
                 # The model's text that came with the calls is stored once, on the first call.
                 preamble = completion.content if index == 0 else ""
                 started = RunTrace.clock()
-                result = await self.tools.call(ctx, call, iteration, preamble, observer)
+                result = await self.tools.call(ctx, call, iteration, preamble, observer, state.writes)
                 state.trace.tool_call(started, call, result)
                 state.messages.append(
                     ChatMessage(
@@ -354,6 +355,12 @@ class AgentRunner:
         session_id: str | None = None,
         outbox: list[OutboxItem] | None = None,
     ) -> list[int]:
+        if state.writes:
+            # The run's tool records go in before its end. One that failed (the database went away)
+            # left neither its call nor its result; the run is still recorded, with what it answered.
+            for failed in await asyncio.gather(*state.writes, return_exceptions=True):
+                if isinstance(failed, BaseException):
+                    log.error("run %s: a tool call could not be recorded: %s", state.run_id, failed)
         usage = {"prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens}
         keep = self.settings.runs.keep_traces
         ids = await self.store.finish_run(
@@ -390,6 +397,8 @@ class _RunState:
     # The answering profile's provider; None means the runner's default.
     provider: Provider | None = None
     fallback: Fallback | None = None
+    # The queued writes of this run's tool records (see ToolCalls.call).
+    writes: list[asyncio.Task[None]] = field(default_factory=list)
 
     def add_usage(self, completion: Completion) -> None:
         self.prompt_tokens += completion.usage.prompt_tokens

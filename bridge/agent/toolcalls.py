@@ -79,24 +79,31 @@ class ToolCaller:
         step: int,
         preamble: str,
         observer: RunObserver,
+        writes: list[asyncio.Task[None]],
     ) -> ToolResult:
+        """Run the call and record it. The record's write is queued, not awaited: the next model
+        request does not wait for the database. It goes into `writes`, which the run awaits before
+        it finishes (so its own record comes after them, and a failed write still fails the run)."""
         view = ToolStep(call.id, call.name, summarize_arguments(call.arguments))
         await observer.tool_started(view)
         result = await self.execute(ctx, call)
-        # Call and result are written in one transaction; shielded so a cancel cannot split them.
-        await asyncio.shield(
-            self.store.add_tool_exchange(
-                ctx.session.id,
-                ctx.run_id,
-                ToolExchange(
-                    call_id=call.id,
-                    tool_name=call.name,
-                    tool_input=stored_input(call.arguments),
-                    result=result.content,
-                    status=result.status,
-                    step=step,
-                    preamble=preamble,
-                ),
+        # Call and result are written in one transaction, as a task of its own: a cancel of the run
+        # cannot split them, nor stop the write.
+        writes.append(
+            asyncio.ensure_future(
+                self.store.add_tool_exchange(
+                    ctx.session.id,
+                    ctx.run_id,
+                    ToolExchange(
+                        call_id=call.id,
+                        tool_name=call.name,
+                        tool_input=stored_input(call.arguments),
+                        result=result.content,
+                        status=result.status,
+                        step=step,
+                        preamble=preamble,
+                    ),
+                )
             )
         )
         view.status, view.error_code = ("ok", None) if result.ok else ("error", result.code)

@@ -188,6 +188,17 @@ class CompactionInput:
     finished_upto: int
 
 
+@dataclass(frozen=True, slots=True)
+class StartedRun:
+    """What begin_run read and decided: the run's context, the rows it answers, and the message it
+    took up (None: an earlier run already took it up, so no run row was written)."""
+
+    context: RunContext
+    rows: list[MessageRow]
+    answers: MessageRow | None
+    input_hash: str | None = None
+
+
 # Builds the notices for runs a crash left 'running' (the run, its session, the text it answered); they
 # are written in the transaction that marks the runs aborted, so a second crash cannot lose them.
 InterruptedNotices = Callable[[RunRow, SessionRow | None, str | None], list[OutboxItem]]
@@ -254,6 +265,23 @@ class Store(Protocol):
     ) -> RunContext: ...
 
     # runs
+    async def begin_run(
+        self,
+        run_id: str,
+        session_id: str,
+        channel: str | None,
+        *,
+        memory_scope: str,
+        history_limit: int,
+        memory_limit: int,
+        upto: int | None = None,
+        force: bool = False,
+    ) -> StartedRun:
+        """Read the run's context and, unless its newest message (or `upto`) was taken up already and
+        not `force`, write the run row: one transaction, so no two runs (in any worker) take up the
+        same message."""
+        ...
+
     async def start_run(
         self,
         run_id: str,
@@ -328,7 +356,12 @@ class Store(Protocol):
         *,
         platform_msg_id: str | None = None,
         reason: str | None = None,
-    ) -> None: ...
+        wait: bool = True,
+    ) -> None:
+        """Set a row's state. `wait=False` queues the write without waiting for it (reads still see
+        it): for a final state, whose loss in a crash leaves the row `sending`, i.e. uncertain."""
+        ...
+
     async def count_outbox(self, session: SessionRow, state: OutboxState) -> int: ...
     async def outbox(
         self, *, session_id: str | None = None, state: OutboxState | Collection[OutboxState] | None = None

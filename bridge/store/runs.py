@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Collection
 
@@ -13,6 +14,7 @@ from bridge.store.base import (
     RunContext,
     RunRow,
     SessionRow,
+    StartedRun,
     SummaryRow,
     Unanswered,
 )
@@ -38,22 +40,45 @@ _SUMMARY_COLS = "id, session_id, run_id, upto, content, turns, replaced_chars, c
 class RunTable(MessageTable):
     """Runs (a turn's, or a compaction's) and the summaries compaction writes."""
 
+    async def begin_run(
+        self,
+        run_id: str,
+        session_id: str,
+        channel: str | None,
+        *,
+        memory_scope: str,
+        history_limit: int,
+        memory_limit: int,
+        upto: int | None = None,
+        force: bool = False,
+    ) -> StartedRun:
+        def begin(conn: Conn) -> StartedRun:
+            context = _read_context(conn, session_id, memory_scope, history_limit, memory_limit)
+            rows = context.rows
+            if upto is not None:
+                # A turn of its own for one message (queue_mode = "followup"): later ones wait.
+                rows = [r for r in rows if r.kind != "user" or r.id <= upto]
+            answers = next((r for r in reversed(rows) if r.kind == "user"), None)
+            if answers is None or (not force and answers.id <= context.answered_upto):
+                return StartedRun(context, rows, None)
+            input_hash = hashlib.sha256(answers.content.encode()).hexdigest()
+            conn.execute(
+                "INSERT INTO runs (id, session_id, status, channel, input_hash, input_upto, started_at) "
+                "VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, session_id, channel, input_hash, answers.id, time.time()),
+            )
+            return StartedRun(context, rows, answers, input_hash)
+
+        return await self._write(begin)
+
     async def run_context(
         self, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
     ) -> RunContext:
         """Everything a run starts from in one trip to the database thread."""
-
-        def read(conn: Conn) -> RunContext:
-            summary = _latest_summary(conn, session_id)
-            return RunContext(
-                select_history(conn, session_id, history_limit, False, after=summary.upto if summary else 0),
-                select_loaded_groups(conn, session_id),
-                select_memories(conn, memory_scope, memory_limit) if memory_limit else [],
-                _answered_upto(conn, session_id),
-                summary,
-            )
-
-        return await self._read(read, snapshot=True)
+        return await self._read(
+            lambda conn: _read_context(conn, session_id, memory_scope, history_limit, memory_limit),
+            snapshot=True,
+        )
 
     # ---------------------------------------------------------------- compaction
 
@@ -271,6 +296,19 @@ class RunTable(MessageTable):
     async def get_run(self, run_id: str) -> RunRow | None:
         rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,))
         return RunRow(*rows[0]) if rows else None
+
+
+def _read_context(
+    conn: Conn, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
+) -> RunContext:
+    summary = _latest_summary(conn, session_id)
+    return RunContext(
+        select_history(conn, session_id, history_limit, False, after=summary.upto if summary else 0),
+        select_loaded_groups(conn, session_id),
+        select_memories(conn, memory_scope, memory_limit) if memory_limit else [],
+        _answered_upto(conn, session_id),
+        summary,
+    )
 
 
 def _scrubbed(*texts: str | None) -> list[str | None]:
