@@ -88,13 +88,20 @@ class SQLiteEngine:
     async def close(self) -> None:
         threads = [t for t in (self._reader, self._writer) if t is not None]
         self._writer = self._reader = None
+        # The reader first, and wholly: the last connection to close checkpoints the WAL into the
+        # file and removes it, and that must be the writer (the reader may not write).
         for thread in threads:
             thread.stop()
-        for thread in threads:
             await asyncio.to_thread(thread.join)
 
     async def write(self, work: Work[T]) -> T:
         return await self._call(self._open_writer(), "write", work)
+
+    def write_soon(self, work: Work[Any]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._open_writer().submit(_Job(work, "write", future, loop))
+        return future
 
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T:
         thread = self._reader or self._open_writer()
