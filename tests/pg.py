@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,8 @@ class PostgresServer:
     port: int
     folder: Path
     _names: Iterator[int]
+    _ctl: list[str | Path]
+    _run: dict[str, Any]
 
     @property
     def admin_url(self) -> str:
@@ -59,8 +62,13 @@ class PostgresServer:
             conn.execute(f"CREATE DATABASE {name}".encode())
         return self.url(name)
 
+    def restart(self) -> None:
+        """Stop the server (every connection is closed; with "fast", what was committed is kept,
+        which "immediate" with this server's fsync=off would not promise) and start it again."""
+        subprocess.run([*self._ctl, "-m", "fast", "-w", "-t", "60", "restart"], **self._run)
 
-def _unprivileged() -> dict[str, object]:
+
+def _unprivileged() -> dict[str, int]:
     """PostgreSQL refuses to run as root: as root, run its programs as the `postgres` user (made by
     Debian's package) or `nobody`."""
     if os.geteuid() != 0:
@@ -87,38 +95,31 @@ def postgres_server() -> Iterator[PostgresServer]:
     folder = Path(tempfile.mkdtemp(prefix="bridge-pg-"))
     data = folder / "data"
     if ids:
-        os.chown(folder, int(ids["user"]), int(ids["group"]))  # type: ignore[call-overload]
+        os.chown(folder, ids["user"], ids["group"])
     env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
-    run = {"check": True, "capture_output": True, "env": env, "cwd": folder, **ids}
-    subprocess.run(  # type: ignore[call-overload]
-        [bindir / "initdb", "-D", data, "-U", "bridge", "--auth=trust", "-E", "UTF8", "--no-sync"], **run
-    )
+    run: dict[str, Any] = {"check": True, "capture_output": True, "env": env, "cwd": folder, **ids}
+    initdb: list[str | Path] = [
+        bindir / "initdb",
+        "-D",
+        data,
+        "-U",
+        "bridge",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--no-sync",
+    ]
+    subprocess.run(initdb, **run)
     port = free_port()
     options = (
         f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories='{folder}' "
         # A test server: the workers under test are killed, never the server, so it need not sync.
         "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
     )
-    subprocess.run(  # type: ignore[call-overload]
-        [
-            bindir / "pg_ctl",
-            "-D",
-            data,
-            "-o",
-            options,
-            "-l",
-            folder / "server.log",
-            "-w",
-            "-t",
-            "60",
-            "start",
-        ],
-        **run,
-    )
+    ctl: list[str | Path] = [bindir / "pg_ctl", "-D", data, "-o", options, "-l", folder / "server.log"]
+    subprocess.run([*ctl, "-w", "-t", "60", "start"], **run)
     try:
-        yield PostgresServer(port, folder, itertools.count(1))
+        yield PostgresServer(port, folder, itertools.count(1), ctl, run)
     finally:
-        subprocess.run(  # type: ignore[call-overload]
-            [bindir / "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop"], **{**run, "check": False}
-        )
+        subprocess.run([*ctl, "-m", "immediate", "-w", "stop"], **{**run, "check": False})
         shutil.rmtree(folder, ignore_errors=True)

@@ -36,6 +36,8 @@ T = TypeVar("T")
 SCHEMA_VERSION = len(PG_MIGRATIONS)
 # Serializable transactions that collide are run again; past this many tries the error stands.
 MAX_TRIES = 20
+# Dead pooled connections replaced in one call (a restarted server leaves every one of them dead).
+MAX_RECONNECTS = 20
 # How long `bridge run` waits for the server at start before it says it cannot connect.
 OPEN_TIMEOUT_S = 10.0
 # Any fixed number: the advisory lock that lets one worker at a time migrate the schema.
@@ -184,22 +186,40 @@ class PostgresEngine:
 
 def _transaction(pool: ConnectionPool, work: Work[T], begin: str | None) -> T:
     """`work` as one transaction (or, with no `begin`, statements in autocommit), run again when a
-    serializable transaction collides with another."""
+    serializable transaction collides with another, or when the pooled connection turns out to be
+    dead before anything was sent on it (the server restarted): the pool then gives a new one."""
     import psycopg.errors
 
-    for attempt in range(1, MAX_TRIES + 1):
+    attempt = reconnects = 0
+    while True:
+        attempt += 1
         with pool.connection() as conn:
             wrapped = _PgConn(conn)
-            if begin is None:
-                return work(wrapped)
-            conn.execute(begin)
             try:
-                result = work(wrapped)
+                if begin is None:
+                    # Reads only (autocommit): safe to run again on a new connection.
+                    return work(wrapped)
+                conn.execute(begin)
+            except psycopg.OperationalError:
+                if conn.broken and reconnects < MAX_RECONNECTS:
+                    reconnects += 1
+                    continue
+                raise
+            try:
+                try:
+                    result = work(wrapped)
+                except psycopg.OperationalError:
+                    # The connection died before COMMIT: the server dropped the transaction whole.
+                    if conn.broken and reconnects < MAX_RECONNECTS:
+                        reconnects += 1
+                        continue
+                    raise
+                # A failure from here on may have committed: it is never run again.
                 conn.execute("COMMIT")
                 return result
             except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
                 conn.execute("ROLLBACK")
-                if attempt == MAX_TRIES:
+                if attempt >= MAX_TRIES:
                     raise
             except BaseException:
                 if not conn.closed:
@@ -207,7 +227,6 @@ def _transaction(pool: ConnectionPool, work: Work[T], begin: str | None) -> T:
                 raise
         # Jittered, growing waits: two workers that collided must not collide again in step.
         time.sleep(random.uniform(0, 0.002 * attempt))
-    raise AssertionError("unreachable")
 
 
 class _PgConn:

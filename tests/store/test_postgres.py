@@ -17,7 +17,7 @@ from bridge.store.migrations import MIGRATIONS
 from bridge.store.pg_migrations import PG_MIGRATIONS
 from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import dumps
-from tests.pg import PostgresServer, free_port
+from tests.pg import PostgresServer, free_port, postgres_server
 
 
 @pytest.fixture
@@ -159,3 +159,19 @@ async def test_loaded_groups_are_one_query_on_the_group_loads_index(url: str) ->
         explain = postgres_module._translate("EXPLAIN " + LOADED_GROUPS_SQL)
         plan = "\n".join(row[0] for row in conn.execute(explain, ("x",)))
     assert "messages_group_loads" in plan, plan
+
+
+async def test_a_restarted_server_is_reconnected_to_without_an_error() -> None:
+    with postgres_server() as server:  # a server of its own: the others' connections stay up
+        store = PostgresStore(server.database(), pool_size=3)
+        await store.open()
+        try:
+            session = await store.ensure_active_session("main")
+            # Every pooled connection in use once, so each is dead after the restart.
+            await asyncio.gather(*(store.add_user_message(session.id, f"before {n}") for n in range(6)))
+            await asyncio.to_thread(server.restart)
+            # Nothing was sent on the dead connections: the pool's new ones take the work.
+            assert await store.add_user_message(session.id, "after") is not None
+            assert await store.count_messages(session.id) == 7
+        finally:
+            await store.close()
