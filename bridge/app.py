@@ -55,8 +55,13 @@ class Bridge:
         provider: Provider | None = None,
         extra_owners: Iterable[str] = (),
         extra_groups: tuple[ToolGroup, ...] = (),
+        standby: asyncio.Event | None = None,
     ) -> None:
         self.settings = settings
+        # `bridge run`'s stop event: with it, a database another process holds is waited for.
+        self._standby = standby
+        # False while another process answers on the database (and for good, if stopped meanwhile).
+        self.claimed = False
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = store_for(settings.storage)
@@ -107,7 +112,9 @@ class Bridge:
     async def start(self) -> None:
         await self.store.open()
         try:
-            await self.store.claim_worker()
+            self.claimed = await self.store.claim_worker(standby=self._standby)
+            if not self.claimed:
+                return
             # Runs a crash cut short are closed, and their notices queued in the same transaction: a
             # second crash before they go out cannot lose them. recover() sends them.
             await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)

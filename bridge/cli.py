@@ -497,7 +497,9 @@ async def run(settings: Settings, path: Path | None = None) -> int:
     adapters = [GuardedAdapter(load_adapter_class(name).from_settings(settings)) for name in names]
     stop = asyncio.Event()
     _stop_on_signals(stop, settings.runs.shutdown_grace_s)
-    async with Bridge(settings) as bridge:
+    async with Bridge(settings, standby=stop) as bridge:
+        if not bridge.claimed:
+            return 0  # stopped while standing by: nothing was started
         reloader = _watch_config(bridge, settings, path)
         started = []
         recovering: asyncio.Task[None] | None = None

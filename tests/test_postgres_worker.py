@@ -35,7 +35,7 @@ async def test_a_second_process_on_the_same_database_is_refused_until_the_first_
             second = await bridge("chat", "--config", str(config), cwd=tmp_path, lines=("hi",))
             assert second.code == 1
             assert "another Bridge process is already running on database postgresql://" in second.stderr
-            assert "one `bridge run`" in second.stderr
+            assert "run `bridge run` to stand by" in second.stderr
 
             # kill -9: the server drops its connection, and its lock with it, at once.
             first.send_signal(signal.SIGKILL)

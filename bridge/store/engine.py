@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -13,6 +14,12 @@ from bridge.errors import StoreError
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+# The claim of the process that answers on a database (see Database.claim_worker).
+WORKER_CLAIM = "bridge.worker"
+# How often a standing-by process tries to take over: a killed worker is replaced within this
+# (plus its start-up), well inside the 15 s that platforms may go unpolled.
+STANDBY_POLL_S = 2.0
 
 Params = Sequence[Any] | Mapping[str, Any]
 
@@ -78,17 +85,33 @@ class Database:
     async def backup(self, target: Path) -> None:
         await self.engine.backup(target)
 
-    async def claim_worker(self) -> None:
-        """Make this process the one `bridge run` on the database, or raise StoreError saying who is.
+    async def claim_worker(self, *, standby: asyncio.Event | None = None) -> bool:
+        """Make this process the one that answers on the database: True once it is.
 
-        Until the workers coordinate their runs and platform connections (several workers is work in
-        progress), a second one on the same database would answer messages twice.
+        One process at a time runs the platforms and the runs; a second one on the same database
+        would answer messages twice. Without `standby`, a database another process holds is a
+        StoreError saying so (`bridge chat`). With it (`bridge run`), this process stands by and
+        takes over when the other one ends, however it ends (a killed process frees its claim at
+        once); False if `standby` is set first (a SIGTERM while standing by).
         """
-        if not await self.engine.claim("bridge.worker"):
+        if await self.engine.claim(WORKER_CLAIM):
+            return True
+        if standby is None:
             raise StoreError(
                 f"another Bridge process is already running on {self.engine.label}",
-                remedy="stop it first: one `bridge run` (or `bridge chat`) per database for now",
+                remedy="stop it first: one `bridge chat` per database, or run `bridge run` to stand by",
             )
+        log.warning(
+            "standing by: another Bridge process is running on %s; this one takes over when it ends",
+            self.engine.label,
+        )
+        while not standby.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(standby.wait(), STANDBY_POLL_S)
+            if not standby.is_set() and await self.engine.claim(WORKER_CLAIM):
+                log.warning("taking over: the other process on %s has ended", self.engine.label)
+                return True
+        return False
 
     async def _write(self, work: Work[T]) -> T:
         return await self.engine.write(work)

@@ -343,6 +343,10 @@ class FakeTelegram(LoopbackServer):
         self._allowed_updates: frozenset[str] = _DEFAULT_ALLOWED
         self._poll_generation = 0
         self._open_polls = 0
+        # getUpdates requests ended by a newer one: two pollers at once (one bot, two processes).
+        self.conflicts = 0
+        # When each getUpdates request arrived (the loop's clock), to time a takeover.
+        self.poll_times: list[float] = []
         self._chats: dict[int, dict[str, Any]] = {}
         self._next_message_id: defaultdict[int, int] = defaultdict(lambda: 1)
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # every message, pushed or sent
@@ -648,6 +652,7 @@ class FakeTelegram(LoopbackServer):
             # A negative offset keeps only the last -offset updates; everything before is forgotten.
             keep = self._updates[offset:]
             self._confirmed_below = max(self._confirmed_below, keep[0]["update_id"])
+        self.poll_times.append(asyncio.get_running_loop().time())
         # Like Telegram, a newer getUpdates ends any older one still waiting with 409 Conflict.
         self._poll_generation += 1
         generation = self._poll_generation
@@ -671,6 +676,7 @@ class FakeTelegram(LoopbackServer):
                     async with asyncio.timeout(remaining):
                         await changed.wait()
                 if generation != self._poll_generation:
+                    self.conflicts += 1
                     raise TelegramApiError(
                         409,
                         "Conflict: terminated by other getUpdates request; "

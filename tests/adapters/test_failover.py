@@ -1,0 +1,203 @@
+"""Three `bridge run` workers on one PostgreSQL: one answers, two stand by, and kill -9 changes nothing.
+
+The worker that holds the database polls Telegram and runs every turn; the others wait for its
+claim. Killed while idle or in the middle of a run, it is replaced within seconds: Telegram is
+polled again, the interrupted chat is told, and nothing is lost, doubled or answered out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.fakes import openai_server as fake
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.telegram_api import FakeTelegram
+from tests.pg import PostgresServer
+from tests.processes import kill9, start_bridge, telegram_run_config
+
+CHATS = 50
+FIRST_USER = 1000
+# The issue's bound on a takeover, from the kill to the next getUpdates.
+TAKEOVER_S = 15
+
+
+class Model:
+    """A tool call, then "answer to: <text>"; the text "hang" is held until the process dies."""
+
+    def __init__(self) -> None:
+        self.hanging = asyncio.Event()
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        messages = request["messages"]
+        asked = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        if messages[-1]["role"] == "user":
+            if asked == "hang":
+                self.hanging.set()
+                await asyncio.Event().wait()
+            return fake.tool_call("get_current_time", {})
+        return fake.text(f"answer to: {asked}")
+
+
+class Worker:
+    """A `bridge run` process whose stderr is read as it comes, for what it says of its claim."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._changed = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        async for raw in self.process.stderr:
+            self.lines.append(raw.decode(errors="replace"))
+            self._changed.set()
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    async def wait_until_said(self, text: str, timeout: float = 30) -> None:  # noqa: ASYNC109
+        async with asyncio.timeout(timeout):
+            while not self.said(text):
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def end(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+
+@contextlib.asynccontextmanager
+async def workers(tmp_path: Path, config: Path, n: int) -> AsyncIterator[list[Worker]]:
+    started: list[Worker] = []
+    try:
+        for _ in range(n):
+            started.append(Worker(await start_bridge(tmp_path, "run", "--config", str(config))))
+            if len(started) == 1:
+                await started[0].wait_until_said("running: telegram")
+            else:
+                await started[-1].wait_until_said("standing by")
+        yield started
+    finally:
+        for worker in started:
+            await worker.end()
+
+
+def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str) -> Path:
+    config = telegram_run_config(
+        tmp_path, 42, tg.token, tg.api_base, llm.base_url, extra='allowed_users = ["*"]\n'
+    )
+    text = re.sub(r'\[storage\]\npath = "[^"]*"\n', f'[storage]\nurl = "{url}"\n', config.read_text())
+    assert f'url = "{url}"' in text
+    config.write_text(text)
+    return config
+
+
+def answered(tg: FakeTelegram, user: int, text: str) -> bool:
+    return any(m["text"] == f"answer to: {text}" for m in tg.messages_in(user))
+
+
+def told_interrupted(tg: FakeTelegram, user: int, text: str) -> bool:
+    return any("interrupted" in m["text"] and text in m["text"] for m in tg.messages_in(user))
+
+
+def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql.encode()).fetchall()
+
+
+async def test_kill_9_of_the_polling_worker_then_of_its_successor_mid_run_loses_nothing(
+    tmp_path: Path, tg: FakeTelegram, postgres: PostgresServer
+) -> None:
+    url = postgres.database()
+    model = Model()
+    users = range(FIRST_USER, FIRST_USER + CHATS)
+    async with FakeOpenAI(model) as llm, workers(tmp_path, config_for(tmp_path, tg, llm, url), 3) as ws:
+        for user in users:
+            tg.dm(user, "first")
+        await tg.wait_for(lambda: all(answered(tg, u, "first") for u in users), timeout=60)
+
+        # kill -9 of the worker that polls, with nothing in flight: a standby takes over polling.
+        await kill9(ws[0].process)
+        killed_at = asyncio.get_running_loop().time()
+        for user in users:
+            tg.dm(user, "second")
+        await tg.wait_for(lambda: any(t > killed_at for t in tg.poll_times), timeout=TAKEOVER_S)
+        takeover_s = min(t for t in tg.poll_times if t > killed_at) - killed_at
+        await tg.wait_for(lambda: all(answered(tg, u, "second") for u in users), timeout=60)
+        leader = next(w for w in ws[1:] if w.said("taking over"))
+        standby = next(w for w in ws[1:] if w is not leader)
+        assert not standby.said("taking over")
+
+        # kill -9 of the new one in the middle of a run: the last one aborts that run, tells the
+        # chat, and answers what comes next.
+        tg.dm(FIRST_USER, "hang")
+        await asyncio.wait_for(model.hanging.wait(), 30)
+        await kill9(leader.process)
+        await standby.wait_until_said("taking over", timeout=TAKEOVER_S + 5)
+        await tg.wait_for(
+            lambda: any(
+                "interrupted" in m["text"] and "hang" in m["text"] for m in tg.messages_in(FIRST_USER)
+            ),
+            timeout=30,
+        )
+        for user in users:
+            tg.dm(user, "third")
+        await tg.wait_for(lambda: all(answered(tg, u, "third") for u in users), timeout=60)
+        standby.process.terminate()
+        assert await asyncio.wait_for(standby.process.wait(), 15) == 0
+
+    print(f"takeover after kill -9: {takeover_s:.2f} s")
+    assert takeover_s <= TAKEOVER_S, takeover_s
+    assert tg.conflicts == 0  # never two processes polling at once
+    for user in users:
+        stored = rows(
+            url,
+            "SELECT m.content FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE m.kind = 'user' AND s.key = 'telegram:dm:{user}' ORDER BY m.id",
+        )
+        expected = (
+            ["first", "second", "hang", "third"] if user == FIRST_USER else ["first", "second", "third"]
+        )
+        assert [text for (text,) in stored] == expected, user
+        replies = [m["text"] for m in tg.messages_in(user) if m["text"].startswith("answer to: ")]
+        assert replies == [f"answer to: {t}" for t in ("first", "second", "third")], (user, replies)
+    assert (
+        rows(
+            url,
+            "SELECT c.tool_call_id FROM messages c WHERE c.kind = 'tool_call' AND NOT EXISTS "
+            "(SELECT 1 FROM messages r WHERE r.tool_call_id = c.tool_call_id AND r.kind = 'tool_result')",
+        )
+        == []
+    )
+    assert rows(url, "SELECT status, COUNT(*) FROM runs WHERE status NOT IN ('ok') GROUP BY status") == [
+        ("aborted", 1)
+    ]
+    assert rows(url, "SELECT id FROM outbox WHERE state IN ('pending', 'sending')") == []
+
+
+async def test_a_standby_stops_at_once_on_sigterm_and_the_worker_carries_on(
+    tmp_path: Path, tg: FakeTelegram, postgres: PostgresServer
+) -> None:
+    async with (
+        FakeOpenAI(Model()) as llm,
+        workers(tmp_path, config_for(tmp_path, tg, llm, postgres.database()), 2) as (leader, standby),
+    ):
+        standby.process.terminate()
+        assert await asyncio.wait_for(standby.process.wait(), 5) == 0
+        assert not standby.said("taking over")
+        tg.dm(FIRST_USER, "still there?")
+        await tg.wait_for(lambda: answered(tg, FIRST_USER, "still there?"), timeout=30)
+        leader.process.terminate()
+        assert await asyncio.wait_for(leader.process.wait(), 15) == 0
+    assert tg.conflicts == 0
