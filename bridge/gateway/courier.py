@@ -160,9 +160,7 @@ class Courier:
             log.exception("sending %s to %s failed", item.kind, item.surface)
             await self._mark(row.id, "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
             return None, False
-        # Not waited for: a crash before it lands leaves the row `sending`, which is what a crash
-        # just after the send leaves anyway (uncertain). One trip fewer per message sent.
-        await self._mark(row.id, "sent", platform_msg_id=message_id, wait=False)
+        await self._mark(row.id, "sent", platform_msg_id=message_id)
         return message_id, True
 
     async def _mark(
@@ -172,12 +170,9 @@ class Courier:
         *,
         platform_msg_id: str | None = None,
         reason: str | None = None,
-        wait: bool = True,
     ) -> None:
         if self.store is not None and row_id > 0:
             # Shielded: a cancel (shutdown) must not leave a chunk Telegram took marked `sending`.
             await asyncio.shield(
-                self.store.mark_outbox(
-                    row_id, state, platform_msg_id=platform_msg_id, reason=reason, wait=wait
-                )
+                self.store.mark_outbox(row_id, state, platform_msg_id=platform_msg_id, reason=reason)
             )

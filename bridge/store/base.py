@@ -356,11 +356,7 @@ class Store(Protocol):
         *,
         platform_msg_id: str | None = None,
         reason: str | None = None,
-        wait: bool = True,
-    ) -> None:
-        """Set a row's state. `wait=False` queues the write without waiting for it (reads still see
-        it): for a final state, whose loss in a crash leaves the row `sending`, i.e. uncertain."""
-        ...
+    ) -> None: ...
 
     async def count_outbox(self, session: SessionRow, state: OutboxState) -> int: ...
     async def outbox(

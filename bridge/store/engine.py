@@ -55,9 +55,6 @@ class Engine(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def write(self, work: Work[T]) -> T: ...
-    def write_soon(self, work: Work[Any]) -> asyncio.Future[Any]:
-        """Queue `work` as `write` does, without waiting for it: the future says how it went."""
-        ...
 
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T: ...
     async def backup(self, target: Path) -> None: ...
@@ -72,9 +69,6 @@ class Database:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        # The newest write queued without waiting (_write_soon): reads wait for it, so what one task
-        # wrote "soon" is what the next read anywhere sees.
-        self._soon: asyncio.Future[Any] | None = None
 
     async def open(self) -> None:
         await self.engine.open()
@@ -116,34 +110,16 @@ class Database:
     async def _write(self, work: Work[T]) -> T:
         return await self.engine.write(work)
 
-    def _write_soon(self, work: Work[Any]) -> None:
-        """A write nobody waits for (a delivery's final state); a failure is logged. Writes run in
-        the order queued, so it lands before any write queued after it."""
-        soon = self.engine.write_soon(work)
-        soon.add_done_callback(_log_failure)
-        self._soon = soon
-
     async def _read(self, work: Work[T], *, snapshot: bool = False) -> T:
-        await self._caught_up()
         return await self.engine.read(work, snapshot=snapshot)
 
     async def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         values = tuple(params)
         return await self._read(lambda conn: conn.execute(sql, values).fetchall())
 
-    async def _caught_up(self) -> None:
-        soon = self._soon
-        if soon is not None and not soon.done():
-            await asyncio.wait([soon])
-
     async def _scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
         rows = await self._rows(sql, params)
         return rows[0][0] if rows else None
-
-
-def _log_failure(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.error("a queued database write failed: %s", future.exception())
 
 
 def inserted_id(cursor: Cursor) -> int:

@@ -30,19 +30,14 @@ class OutboxTable(Database):
         *,
         platform_msg_id: str | None = None,
         reason: str | None = None,
-        wait: bool = True,
     ) -> None:
-        def mark(conn: Conn) -> None:
-            conn.execute(
+        await self._write(
+            lambda conn: conn.execute(
                 "UPDATE outbox SET state = ?, platform_msg_id = COALESCE(?, platform_msg_id), "
                 "reason = COALESCE(?, reason), updated_at = ? WHERE id = ?",
                 (state, platform_msg_id, reason, time.time(), item_id),
             )
-
-        if wait:
-            await self._write(mark)
-        else:
-            self._write_soon(mark)
+        )
 
     async def count_outbox(self, session: SessionRow, state: OutboxState) -> int:
         # Items sent before a chat had a session (a command's answer, a refusal) carry only the key:

@@ -106,9 +106,6 @@ class PostgresEngine:
     async def write(self, work: Work[T]) -> T:
         return await self._run(work, begin="BEGIN ISOLATION LEVEL SERIALIZABLE")
 
-    def write_soon(self, work: Work[Any]) -> asyncio.Future[Any]:
-        return asyncio.ensure_future(self.write(work))
-
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T:
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else None
         return await self._run(work, begin=begin)

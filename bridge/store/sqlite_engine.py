@@ -97,12 +97,6 @@ class SQLiteEngine:
     async def write(self, work: Work[T]) -> T:
         return await self._call(self._open_writer(), "write", work)
 
-    def write_soon(self, work: Work[Any]) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._open_writer().submit(_Job(work, "write", future, loop))
-        return future
-
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T:
         thread = self._reader or self._open_writer()
         return await self._call(thread, "snapshot" if snapshot else "read", work)

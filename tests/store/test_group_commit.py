@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from bridge.errors import StoreError
-from bridge.store.base import OutboxItem
 from bridge.store.engine import Conn
 from bridge.store.sqlite import SQLiteStore
 from bridge.store.sqlite_engine import SQLiteEngine
@@ -112,28 +111,6 @@ async def test_a_store_closed_with_writes_queued_answers_every_one(db_path: Path
     results = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 10)
     # Queued before the close: written, and answered; none is left waiting for ever.
     assert all(isinstance(r, int) for r in results), results
-
-
-async def test_a_write_not_waited_for_is_seen_by_the_next_read(sqlite: SQLiteStore) -> None:
-    ids = await sqlite.add_outbox(OutboxItem("reply", "telegram", "1", "hi", "pending"))
-    for state in ("sending", "sent"):
-        await sqlite.mark_outbox(ids[0], state, platform_msg_id="77", wait=False)
-        # Queued, not committed yet when the read is asked for: the read waits for it.
-        assert [(r.item.state, r.platform_msg_id) for r in await sqlite.outbox()] == [(state, "77")]
-
-
-async def test_a_write_not_waited_for_that_fails_is_logged(
-    sqlite: SQLiteStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    def broken(conn: Conn) -> None:
-        conn.execute("UPDATE no_such_table SET x = 1")
-
-    sqlite._write_soon(broken)
-    await sqlite.count_messages("any")  # a read waits for it
-    assert any(
-        "queued database write failed" in r.getMessage() and "no_such_table" in r.getMessage()
-        for r in caplog.records
-    )
 
 
 async def test_closing_leaves_one_file_with_everything_in_it(db_path: Path) -> None:
