@@ -21,6 +21,7 @@ from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher, DispatchServices
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate, SendPolicy
+from bridge.gateway.presence import Presence
 from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
 from bridge.llm.profiles import Profiles, with_tool_mode
@@ -65,6 +66,8 @@ class Bridge:
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = store_for(settings.storage)
+        # This process's row in the workers table (bridge status).
+        self.presence = Presence(self.store)
         # The default profile ([llm], or the provider a test injected); /model picks another per chat.
         self.provider = with_tool_mode(settings.llm, provider or build_provider(settings.llm), self.registry)
         self.profiles = Profiles(settings.llm, self.registry, self.provider)
@@ -112,9 +115,11 @@ class Bridge:
     async def start(self) -> None:
         await self.store.open()
         try:
+            await self.presence.start()
             self.claimed = await self.store.claim_worker(standby=self._standby)
             if not self.claimed:
                 return
+            await self.presence.update("active", "runs, outbox")
             # Runs a crash cut short are closed, and their notices queued in the same transaction: a
             # second crash before they go out cannot lose them. recover() sends them.
             await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)
@@ -122,6 +127,7 @@ class Bridge:
                 await self.store.prune_traces(self.settings.runs.keep_traces)
         except BaseException:
             # An open connection's thread would keep the process alive after the error.
+            await self.presence.stop()
             await self.store.close()
             raise
 
@@ -170,6 +176,7 @@ class Bridge:
         await self.compactor.close()
         await self.delivery.close()
         await self.profiles.aclose()
+        await self.presence.stop()
         await self.store.close()
 
     async def __aenter__(self) -> Bridge:

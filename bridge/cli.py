@@ -1,4 +1,4 @@
-"""The `bridge` command: run, chat, check-config, policy explain, backup, runs, trace, local-model."""
+"""The `bridge` command: run, chat, status, check-config, policy, backup, migrate, runs, trace and more."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     backup.add_argument("path", type=Path, metavar="PATH", help="the new backup file (must not exist)")
     backup.add_argument("--config", type=Path, help=config_help)
 
+    status = sub.add_parser("status", help="list the Bridge processes on the database and what each holds")
+    status.add_argument("--config", type=Path, help=config_help)
+
     migrate = sub.add_parser(
         "migrate", help="copy a bot's SQLite database into an empty PostgreSQL one, checking the counts"
     )
@@ -164,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(show_trace(settings, args.run_id, as_json=args.json))
     if args.command == "runs":
         return asyncio.run(list_runs(settings, args.session, args.limit))
+    if args.command == "status":
+        return asyncio.run(show_status(settings))
     if args.command == "backup":
         return asyncio.run(backup_database(settings, args.path))
     if args.command == "policy":
@@ -276,6 +282,33 @@ async def list_runs(settings: Settings, session_key: str | None, limit: int) -> 
         print(row.format(run.id, started, run.status, run.iterations, tokens, seconds, what))
     if not runs:
         print("(no runs)")
+    return 0
+
+
+async def show_status(settings: Settings) -> int:
+    """`bridge status`: the workers on the database, the one that answers first, and what each holds."""
+    import socket
+
+    try:
+        async with _existing_store(settings) as store:
+            workers = await store.workers()
+    except StoreError as exc:
+        return fail(exc, settings)
+    now = time.time()
+    print(f"database: {settings.storage.describe()}")
+    row = "{:<16}  {:<8}  {:<24}  {:<19}  {:<16}  {}"
+    print(row.format("worker", "role", "host:pid", "started (UTC)", "last seen", "holds"))
+    for worker in workers:
+        started = datetime.fromtimestamp(worker.started_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        ago = f"{now - worker.seen_at:.0f} s ago"
+        seen = ago if worker.alive(now) else f"gone ({ago})"
+        role = worker.role if worker.alive(now) else "-"
+        place = f"{worker.host}:{worker.pid}"
+        if worker.host == socket.gethostname():
+            place += " (here)"
+        print(row.format(worker.id, role, place, started, seen, worker.holds or "-"))
+    if not workers:
+        print("(no Bridge process is running on this database)")
     return 0
 
 
@@ -509,6 +542,8 @@ async def run(settings: Settings, path: Path | None = None) -> int:
                 await adapter.start(bridge.handle)
                 started.append(adapter)
             logging.getLogger("bridge").info("running: %s", ", ".join(names))
+            holds = ["runs", "outbox", *(_holding(name, settings) for name in names)]
+            await bridge.presence.update("active", ", ".join(holds))
             # In the background: a long platform back-off while catching up must not delay a SIGTERM.
             recovering = asyncio.create_task(bridge.recover(), name="recover")
             recovering.add_done_callback(_log_failure)
@@ -526,6 +561,13 @@ async def run(settings: Settings, path: Path | None = None) -> int:
             for adapter in reversed(started):
                 await adapter.stop()
     return 0
+
+
+def _holding(name: str, settings: Settings) -> str:
+    """What a running platform holds, for `bridge status`: its connection."""
+    if name == "telegram":
+        return f"telegram {settings.telegram.mode}"
+    return {"discord": "discord gateway"}.get(name, name)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -168,6 +168,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX summaries_by_session ON summaries (session_id, id);
     """,
+    # 6: the processes running on the database, for `bridge status`: which one answers (active),
+    # which stand by, what each holds, and when each last said it was alive.
+    """
+    CREATE TABLE workers (
+        id         TEXT PRIMARY KEY,
+        host       TEXT NOT NULL,
+        pid        INTEGER NOT NULL,
+        role       TEXT NOT NULL CHECK (role IN ('active', 'standby')),
+        holds      TEXT NOT NULL DEFAULT '',
+        started_at REAL NOT NULL,
+        seen_at    REAL NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

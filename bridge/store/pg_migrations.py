@@ -137,4 +137,16 @@ PG_MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX summaries_by_session ON summaries (session_id, id);
     """,
+    # 6: the processes running on the database, for `bridge status`.
+    """
+    CREATE TABLE workers (
+        id         TEXT PRIMARY KEY,
+        host       TEXT NOT NULL,
+        pid        INTEGER NOT NULL,
+        role       TEXT NOT NULL CHECK (role IN ('active', 'standby')),
+        holds      TEXT NOT NULL DEFAULT '',
+        started_at DOUBLE PRECISION NOT NULL,
+        seen_at    DOUBLE PRECISION NOT NULL
+    );
+    """,
 )

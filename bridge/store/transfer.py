@@ -14,7 +14,8 @@ from bridge.errors import StoreError
 from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import SQLiteStore
 
-# Parents before children, so every foreign key finds its row.
+# Parents before children, so every foreign key finds its row. (workers is not copied: it lists the
+# processes running on a database, and none runs on the new one yet.)
 TABLES = ("sessions", "runs", "messages", "memories", "outbox", "summaries")
 # Tables whose ids PostgreSQL hands out: after the copy, its counters start past the copied ids.
 IDENTITY_TABLES = ("messages", "memories", "outbox", "summaries")

@@ -1,0 +1,60 @@
+"""This process's row in the workers table, kept fresh while it runs: what `bridge status` lists."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from bridge.errors import StoreError
+from bridge.store.sessions import new_id
+from bridge.store.tables import DatabaseStore
+
+log = logging.getLogger(__name__)
+
+# How often a worker says it is alive; bridge.store.workers.ALIVE_WITHIN_S allows three misses.
+BEAT_S = 5.0
+
+
+class Presence:
+    """Registered at start as a standby, made active once it holds the database, removed at a clean
+    stop; a killed process's row stops being refreshed, and `bridge status` shows it as gone."""
+
+    def __init__(self, store: DatabaseStore) -> None:
+        self.store = store
+        self.id = new_id()
+        self.role = "standby"
+        self.holds = ""
+        self._beating: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.store.register_worker(self.id, role=self.role, holds=self.holds)
+        self._beating = asyncio.create_task(self._beat(), name="worker-presence")
+
+    async def update(self, role: str, holds: str) -> None:
+        self.role, self.holds = role, holds
+        await self.store.beat_worker(self.id, role=role, holds=holds)
+
+    async def stop(self) -> None:
+        if self._beating is None:
+            return
+        self._beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._beating
+        self._beating = None
+        # Best effort: a database that is gone cannot be told, and the row then ages out.
+        with contextlib.suppress(StoreError):
+            await self.store.leave_worker(self.id)
+
+    async def _beat(self) -> None:
+        failing = False
+        while True:
+            await asyncio.sleep(BEAT_S)
+            try:
+                await self.store.beat_worker(self.id, role=self.role, holds=self.holds)
+            except StoreError as exc:
+                if not failing:
+                    log.warning("cannot record that this worker is alive: %s", exc)
+                failing = True
+            else:
+                failing = False

@@ -1,0 +1,69 @@
+"""The workers table: each process on the database says what it is and what it holds, for `bridge status`."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from bridge.store.engine import Conn, Database
+
+# A worker that has not said it is alive for this long is listed as gone (it beats every few seconds).
+ALIVE_WITHIN_S = 15.0
+# Rows of workers gone this long are dropped by the next worker to start.
+FORGET_AFTER_S = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    id: str
+    host: str
+    pid: int
+    role: str  # active | standby
+    holds: str
+    started_at: float
+    seen_at: float
+
+    def alive(self, now: float) -> bool:
+        return now - self.seen_at <= ALIVE_WITHIN_S
+
+
+class WorkerTable(Database):
+    """Register, beat and leave; list for `bridge status`."""
+
+    async def register_worker(self, worker_id: str, *, role: str, holds: str) -> None:
+        now = time.time()
+        await self._write(
+            lambda conn: (
+                conn.execute("DELETE FROM workers WHERE seen_at < ?", (now - FORGET_AFTER_S,)),
+                conn.execute(
+                    "INSERT INTO workers (id, host, pid, role, holds, started_at, seen_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (worker_id, socket.gethostname(), os.getpid(), role, holds, now, now),
+                ),
+            )
+        )
+
+    async def beat_worker(self, worker_id: str, *, role: str, holds: str) -> None:
+        """Say this worker is alive, and what it is now. Only the worker holding the database's claim
+        is active, so another row that says active is a worker that died without leaving."""
+
+        def beat(conn: Conn) -> None:
+            if role == "active":
+                conn.execute("DELETE FROM workers WHERE role = 'active' AND id != ?", (worker_id,))
+            conn.execute(
+                "UPDATE workers SET role = ?, holds = ?, seen_at = ? WHERE id = ?",
+                (role, holds, time.time(), worker_id),
+            )
+
+        await self._write(beat)
+
+    async def leave_worker(self, worker_id: str) -> None:
+        await self._write(lambda conn: conn.execute("DELETE FROM workers WHERE id = ?", (worker_id,)))
+
+    async def workers(self) -> list[WorkerRow]:
+        rows = await self._rows(
+            "SELECT id, host, pid, role, holds, started_at, seen_at FROM workers ORDER BY role, started_at"
+        )
+        return [WorkerRow(*row) for row in rows]
