@@ -367,3 +367,18 @@ async def test_runs_without_a_database_says_so_and_creates_none(tmp_path: Path) 
     assert done.code == 1 and "no database at" in done.stderr
     assert not (tmp_path / "state").exists()
     assert_no_traceback(done)
+
+
+async def test_status_on_sqlite_lists_no_process_after_a_clean_stop_and_needs_a_database(
+    tmp_path: Path,
+) -> None:
+    async with FakeOpenAI(HistoryTrustingModel()) as fake:
+        config = write_config(tmp_path, fake.base_url)
+        missing = await bridge("status", "--config", str(config), cwd=tmp_path)
+        assert missing.code == 1 and "no database at" in missing.stderr
+        done = await bridge("chat", "--config", str(config), cwd=tmp_path, lines=("hello",))
+        assert done.code == 0, done.output
+        listed = await bridge("status", "--config", str(config), cwd=tmp_path)
+    assert listed.code == 0, listed.output
+    assert listed.stdout.splitlines()[0] == f"database: {tmp_path / 'state' / 'bridge.db'}"
+    assert "(no Bridge process is running on this database)" in listed.stdout
