@@ -11,7 +11,7 @@ import pytest
 
 from bridge.errors import StoreError
 from bridge.store import postgres as postgres_module
-from bridge.store.base import ToolExchange
+from bridge.store.base import OutboxItem, ToolExchange
 from bridge.store.messages import LOADED_GROUPS_SQL
 from bridge.store.migrations import MIGRATIONS
 from bridge.store.pg_migrations import PG_MIGRATIONS
@@ -175,3 +175,27 @@ async def test_a_restarted_server_is_reconnected_to_without_an_error() -> None:
             assert await store.count_messages(session.id) == 7
         finally:
             await store.close()
+
+
+async def test_a_hundred_chats_taking_turns_at_once_all_succeed(url: str) -> None:
+    store = PostgresStore(url, pool_size=10)
+    await store.open()
+
+    async def turn(n: int) -> None:
+        session = await store.ensure_active_session(f"telegram:dm:{n}")
+        for step in range(3):
+            await store.add_user_message(session.id, f"m{step}", platform_msg_id=f"tg:{n}:{step}")
+            started = await store.begin_run(
+                f"r{n}-{step}", session.id, None, memory_scope=session.key, history_limit=50, memory_limit=5
+            )
+            assert started.answers is not None
+            await store.add_tool_exchange(session.id, f"r{n}-{step}", load(f"c{n}-{step}", "web"))
+            outbox = [OutboxItem("reply", "telegram", str(n), "ok", "pending", session_id=session.id)]
+            await store.finish_run(f"r{n}-{step}", "ok", reply=(session.id, "ok"), outbox=outbox)
+
+    try:
+        await asyncio.gather(*(turn(n) for n in range(100)))
+        assert await store._scalar("SELECT COUNT(*) FROM runs WHERE status = 'ok'") == 300
+        assert await store._scalar("SELECT COUNT(*) FROM messages") == 1200
+    finally:
+        await store.close()
