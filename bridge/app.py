@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from types import TracebackType
 from typing import Any
@@ -57,12 +58,16 @@ class Bridge:
         extra_owners: Iterable[str] = (),
         extra_groups: tuple[ToolGroup, ...] = (),
         standby: asyncio.Event | None = None,
+        on_claim_lost: Callable[[], object] | None = None,
     ) -> None:
         self.settings = settings
         # `bridge run`'s stop event: with it, a database another process holds is waited for.
         self._standby = standby
         # False while another process answers on the database (and for good, if stopped meanwhile).
         self.claimed = False
+        # Called if this process can no longer show that it holds the database (see watch_claim).
+        self._on_claim_lost = on_claim_lost
+        self._watching: asyncio.Task[None] | None = None
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = store_for(settings.storage)
@@ -120,6 +125,10 @@ class Bridge:
             if not self.claimed:
                 return
             await self.presence.update("active", "runs, outbox")
+            if self._on_claim_lost is not None:
+                self._watching = asyncio.create_task(
+                    self.store.watch_claim(self._on_claim_lost), name="watch-claim"
+                )
             # Runs a crash cut short are closed, and their notices queued in the same transaction: a
             # second crash before they go out cannot lose them. recover() sends them.
             await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)
@@ -171,6 +180,10 @@ class Bridge:
 
     async def stop(self) -> None:
         """Finish nothing new: cancel runs in flight, then close the model client and the store."""
+        if self._watching is not None:
+            self._watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watching
         await self.a2a.close()
         await self.lanes.close()
         await self.compactor.close()

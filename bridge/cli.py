@@ -408,7 +408,7 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
             )
             return EXIT_CONFIG
         settings = with_local_model(settings, local.base_url, local.mode)
-    async with Bridge(settings, extra_owners=console.implicit_owners) as bridge:
+    async with Bridge(settings, extra_owners=console.implicit_owners, on_claim_lost=_lost_database) as bridge:
         reloader = _watch_config(bridge, file_settings, path)
         bridge.add_sender(console)
         if local is not None:
@@ -530,7 +530,7 @@ async def run(settings: Settings, path: Path | None = None) -> int:
     adapters = [GuardedAdapter(load_adapter_class(name).from_settings(settings)) for name in names]
     stop = asyncio.Event()
     _stop_on_signals(stop, settings.runs.shutdown_grace_s)
-    async with Bridge(settings, standby=stop) as bridge:
+    async with Bridge(settings, standby=stop, on_claim_lost=_lost_database) as bridge:
         if not bridge.claimed:
             return 0  # stopped while standing by: nothing was started
         reloader = _watch_config(bridge, settings, path)
@@ -561,6 +561,15 @@ async def run(settings: Settings, path: Path | None = None) -> int:
             for adapter in reversed(started):
                 await adapter.stop()
     return 0
+
+
+def _lost_database() -> None:
+    """This process can no longer show it holds the database, and a standby may be taking over: it
+    stops at once, as if killed, rather than poll and answer beside the new one. Its runs are
+    aborted and announced by the one that takes over (or by its own restart)."""
+    logging.getLogger("bridge").critical("stopping: another worker may now hold the database")
+    logging.shutdown()
+    os._exit(EXIT_RUNTIME)
 
 
 def _holding(name: str, settings: Settings) -> str:

@@ -39,6 +39,8 @@ SCHEMA_VERSION = len(PG_MIGRATIONS)
 MAX_TRIES = 20
 # Dead pooled connections replaced in one call (a restarted server leaves every one of them dead).
 MAX_RECONNECTS = 20
+# How long taking a claim may wait for a connection (a worker checking its claim must not hang).
+CLAIM_TIMEOUT_S = 2
 # How long `bridge run` waits for the server at start before it says it cannot connect.
 OPEN_TIMEOUT_S = 10.0
 # Any fixed number: the advisory lock that lets one worker at a time migrate the schema.
@@ -68,7 +70,7 @@ class PostgresEngine:
         self._pool: ConnectionPool | None = None
         self._threads: ThreadPoolExecutor | None = None
         # Connections that hold session-level advisory locks (claim): closing one releases its lock.
-        self._held: list[psycopg.Connection[Any]] = []
+        self._held: dict[str, psycopg.Connection[Any]] = {}
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -99,8 +101,8 @@ class PostgresEngine:
             raise
 
     async def close(self) -> None:
-        held, self._held = self._held, []
-        for conn in held:
+        held, self._held = self._held, {}
+        for conn in held.values():
             await self._on_thread(conn.close)
         pool, self._pool = self._pool, None
         if pool is not None:
@@ -120,10 +122,12 @@ class PostgresEngine:
         import psycopg
 
         def take() -> bool:
-            conn = psycopg.connect(self.url, autocommit=True)
+            if name in self._held:
+                return True
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CLAIM_TIMEOUT_S)
             row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)).fetchone()
             if row is not None and row[0]:
-                self._held.append(conn)
+                self._held[name] = conn
                 return True
             conn.close()
             return False
@@ -132,6 +136,26 @@ class PostgresEngine:
             return await self._on_thread(take)
         except psycopg.OperationalError as exc:
             raise StoreError(f"{self.label}: {_first_line(exc)}", remedy=_CHECK_SERVER) from exc
+
+    async def holds(self, name: str) -> bool:
+        """Whether the connection holding `name` is still up (so the server still holds the lock)."""
+        import psycopg
+
+        conn = self._held.get(name)
+        if conn is None:
+            return False
+
+        def ping() -> bool:
+            try:
+                conn.execute("SELECT 1")
+                return True
+            except psycopg.Error:
+                # The server dropped it (restart, network): the lock went with it.
+                self._held.pop(name, None)
+                conn.close()
+                return False
+
+        return await self._on_thread(ping)
 
     async def backup(self, target: Path) -> None:
         raise StoreError(

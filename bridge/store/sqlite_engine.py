@@ -121,6 +121,9 @@ class SQLiteEngine:
         # One process per file is not enforced here (the file's own locking keeps it consistent).
         return True
 
+    async def holds(self, name: str) -> bool:
+        return True
+
     # ---------------------------------------------------------------- on the threads
 
     def _connect(self) -> sqlite3.Connection:

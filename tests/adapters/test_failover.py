@@ -19,7 +19,7 @@ import psycopg
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.pg import PostgresServer
+from tests.pg import PostgresServer, postgres_server
 from tests.processes import kill9, start_bridge, telegram_run_config
 from tests.test_cli import bridge
 
@@ -131,6 +131,17 @@ async def settled(url: str) -> None:
             await asyncio.sleep(0.05)
 
 
+async def first_said(expected: list[tuple[Worker, str]]) -> None:
+    """Wait until one of the workers says its line."""
+    waits = [asyncio.create_task(worker.wait_until_said(text)) for worker, text in expected]
+    done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        task.result()  # a timeout is raised here
+
+
 def told_interrupted(tg: FakeTelegram, user: int, text: str) -> bool:
     return any("interrupted" in m["text"] and text in m["text"] for m in tg.messages_in(user))
 
@@ -240,3 +251,27 @@ async def test_a_standby_stops_at_once_on_sigterm_and_the_worker_carries_on(
         leader.process.terminate()
         assert await asyncio.wait_for(leader.process.wait(), 15) == 0
     assert tg.conflicts == 0
+
+
+async def test_a_database_restart_never_leaves_two_workers_answering(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    with postgres_server() as server:  # its own server: restarting it cuts only these workers off
+        async with (
+            FakeOpenAI(Model()) as llm,
+            workers(tmp_path, config_for(tmp_path, tg, llm, server.database()), 2) as (first, second),
+        ):
+            tg.dm(FIRST_USER, "before")
+            await tg.wait_for(lambda: answered(tg, FIRST_USER, "before"), timeout=30)
+            # Every connection dies, the claim's too. Either the active worker takes its claim back,
+            # or the standby takes it, and the active one stops before the standby starts.
+            await asyncio.to_thread(server.restart)
+            await first_said([(first, "took the claim"), (second, "taking over")])
+            if second.said("taking over"):
+                assert await asyncio.wait_for(first.process.wait(), 10) == 1
+                assert first.said("lost the claim"), first.lines
+            else:
+                assert first.process.returncode is None and second.process.returncode is None
+            tg.dm(FIRST_USER, "after")
+            await tg.wait_for(lambda: answered(tg, FIRST_USER, "after"), timeout=30)
+    assert tg.conflicts == 0  # never two pollers

@@ -12,6 +12,7 @@ import pytest
 from bridge.errors import StoreError
 from bridge.store import postgres as postgres_module
 from bridge.store.base import OutboxItem, ToolExchange
+from bridge.store.engine import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
 from bridge.store.messages import LOADED_GROUPS_SQL
 from bridge.store.migrations import MIGRATIONS
 from bridge.store.pg_migrations import PG_MIGRATIONS
@@ -199,3 +200,50 @@ async def test_a_hundred_chats_taking_turns_at_once_all_succeed(url: str) -> Non
         assert await store._scalar("SELECT COUNT(*) FROM messages") == 1200
     finally:
         await store.close()
+
+
+async def end_claims(url: str) -> None:
+    """The server ends the connections that hold advisory locks, as a restart or a network cut would."""
+    await asyncio.to_thread(
+        sql,
+        url,
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        "AND pid != pg_backend_pid()",
+    )
+
+
+async def test_a_worker_whose_claim_was_taken_meanwhile_is_told_to_stop(
+    two: tuple[PostgresStore, PostgresStore], url: str
+) -> None:
+    active, standby = two
+    assert await active.claim_worker()
+    lost = asyncio.Event()
+    watching = asyncio.create_task(active.watch_claim(lost.set))
+    try:
+        await end_claims(url)
+        assert await standby.engine.claim(WORKER_CLAIM)  # before the active one checks again
+        # Told within CLAIM_LOST_AFTER_S and a check or two: well before a standby's grace is over.
+        async with asyncio.timeout(TAKEOVER_GRACE_S):
+            await lost.wait()
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+
+
+async def test_a_worker_whose_claim_connection_died_takes_the_claim_back(
+    two: tuple[PostgresStore, PostgresStore], url: str
+) -> None:
+    active, standby = two
+    assert await active.claim_worker()
+    lost = asyncio.Event()
+    watching = asyncio.create_task(active.watch_claim(lost.set))
+    try:
+        await end_claims(url)
+        async with asyncio.timeout(10):
+            while not await active.engine.holds(WORKER_CLAIM):  # noqa: ASYNC110
+                await asyncio.sleep(CLAIM_CHECK_S)
+        assert not lost.is_set()
+        assert not await standby.engine.claim(WORKER_CLAIM)
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
