@@ -97,7 +97,7 @@ class AgentRunner:
         observer = observer or NullObserver()
         agent = self.settings.agent
         run_id = run_id or new_id()
-        # The context read and the run row written in one transaction (one trip to the database).
+        # The message claimed by the run row in one transaction, then the context read beside the writer.
         started = await self.store.begin_run(
             run_id,
             session.id,

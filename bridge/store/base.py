@@ -277,9 +277,9 @@ class Store(Protocol):
         upto: int | None = None,
         force: bool = False,
     ) -> StartedRun:
-        """Read the run's context and, unless its newest message (or `upto`) was taken up already and
-        not `force`, write the run row: one transaction, so no two runs (in any worker) take up the
-        same message."""
+        """Unless the newest message (or `upto`) was taken up already and not `force`, write the run
+        row that takes it up (the check and the row are one transaction, so no two runs take up the
+        same message), then read the run's context up to that message."""
         ...
 
     async def start_run(

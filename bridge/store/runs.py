@@ -52,24 +52,37 @@ class RunTable(MessageTable):
         upto: int | None = None,
         force: bool = False,
     ) -> StartedRun:
-        def begin(conn: Conn) -> StartedRun:
-            context = _read_context(conn, session_id, memory_scope, history_limit, memory_limit)
-            rows = context.rows
-            if upto is not None:
-                # A turn of its own for one message (queue_mode = "followup"): later ones wait.
-                rows = [r for r in rows if r.kind != "user" or r.id <= upto]
-            answers = next((r for r in reversed(rows) if r.kind == "user"), None)
-            if answers is None or (not force and answers.id <= context.answered_upto):
-                return StartedRun(context, rows, None)
-            input_hash = hashlib.sha256(answers.content.encode()).hexdigest()
+        def claim(conn: Conn) -> tuple[int, str] | None:
+            """The newest user message (up to `upto`), unless an earlier run took it up; the run
+            row claims it. Small indexed reads only: this runs on the writer (see below)."""
+            bound, params = (" AND id <= ?", (session_id, upto)) if upto is not None else ("", (session_id,))
+            newest = conn.execute(
+                f"SELECT id, content FROM messages WHERE session_id = ? AND kind = 'user'{bound} "
+                "ORDER BY id DESC LIMIT 1",
+                params,
+            ).fetchone()
+            if newest is None or (not force and newest[0] <= _answered_upto(conn, session_id)):
+                return None
+            input_hash = hashlib.sha256(newest[1].encode()).hexdigest()
             conn.execute(
                 "INSERT INTO runs (id, session_id, status, channel, input_hash, input_upto, started_at) "
                 "VALUES (?, ?, 'running', ?, ?, ?, ?)",
-                (run_id, session_id, channel, input_hash, answers.id, time.time()),
+                (run_id, session_id, channel, input_hash, newest[0], time.time()),
             )
-            return StartedRun(context, rows, answers, input_hash)
+            return newest[0], input_hash
 
-        return await self._write(begin)
+        claimed = await self._write(claim)
+        if claimed is None:
+            return StartedRun(RunContext([], set(), []), [], None)
+        answered, input_hash = claimed
+        # The window is read beside the writer, not on it: it is most of a turn's reading, and the
+        # writer is the one thread every chat's writes queue for. Read after the claim committed,
+        # it holds the claimed message; later messages (arrived meanwhile) wait for the next run.
+        context = await self.run_context(session_id, memory_scope, history_limit, memory_limit)
+        rows = [r for r in context.rows if r.kind != "user" or r.id <= answered]
+        answers = next((r for r in reversed(rows) if r.kind == "user"), None)
+        assert answers is not None and answers.id == answered, "the claimed message is in the window"
+        return StartedRun(context, rows, answers, input_hash)
 
     async def run_context(
         self, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
