@@ -125,15 +125,16 @@ class Bridge:
             if not self.claimed:
                 return
             await self.presence.update("active", "runs, outbox")
-            if self._on_claim_lost is not None:
-                self._watching = asyncio.create_task(
-                    self.store.watch_claim(self._on_claim_lost), name="watch-claim"
-                )
             # Runs a crash cut short are closed, and their notices queued in the same transaction: a
             # second crash before they go out cannot lose them. recover() sends them.
             await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)
             if self.settings.runs.keep_traces:
                 await self.store.prune_traces(self.settings.runs.keep_traces)
+            # Last: a start that fails above must not leave a watcher that would end the process.
+            if self._on_claim_lost is not None:
+                self._watching = asyncio.create_task(
+                    self.store.watch_claim(self._on_claim_lost), name="watch-claim"
+                )
         except BaseException:
             # An open connection's thread would keep the process alive after the error.
             await self.presence.stop()
