@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from bridge.store.claims import WorkerClaim
 from bridge.store.outbox import OutboxTable
 from bridge.store.runs import RunTable
 from bridge.store.workers import WorkerTable
 
 
-class DatabaseStore(RunTable, OutboxTable, WorkerTable):
+class DatabaseStore(RunTable, OutboxTable, WorkerTable, WorkerClaim):
     """Sessions, messages, runs, the outbox and memories, on the engine given (SQLite or PostgreSQL).
 
     Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py); this

@@ -12,7 +12,7 @@ import pytest
 from bridge.errors import StoreError
 from bridge.store import postgres as postgres_module
 from bridge.store.base import OutboxItem, ToolExchange
-from bridge.store.engine import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
+from bridge.store.claims import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
 from bridge.store.messages import LOADED_GROUPS_SQL
 from bridge.store.migrations import MIGRATIONS
 from bridge.store.pg_migrations import PG_MIGRATIONS
