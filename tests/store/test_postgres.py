@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -212,38 +213,40 @@ async def end_claims(url: str) -> None:
     )
 
 
+@contextlib.asynccontextmanager
+async def watched(store: PostgresStore) -> AsyncIterator[asyncio.Event]:
+    """`store` holding the worker claim and watching it, as an active worker does; the event is
+    set when it is told the claim is lost."""
+    assert await store.claim_worker()
+    lost = asyncio.Event()
+    watching = asyncio.create_task(store.watch_claim(lost.set))
+    try:
+        yield lost
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+
+
 async def test_a_worker_whose_claim_was_taken_meanwhile_is_told_to_stop(
     two: tuple[PostgresStore, PostgresStore], url: str
 ) -> None:
     active, standby = two
-    assert await active.claim_worker()
-    lost = asyncio.Event()
-    watching = asyncio.create_task(active.watch_claim(lost.set))
-    try:
+    async with watched(active) as lost:
         await end_claims(url)
         assert await standby.engine.claim(WORKER_CLAIM)  # before the active one checks again
         # Told within CLAIM_LOST_AFTER_S and a check or two: well before a standby's grace is over.
         async with asyncio.timeout(TAKEOVER_GRACE_S):
             await lost.wait()
-    finally:
-        watching.cancel()
-        await asyncio.gather(watching, return_exceptions=True)
 
 
 async def test_a_worker_whose_claim_connection_died_takes_the_claim_back(
     two: tuple[PostgresStore, PostgresStore], url: str
 ) -> None:
     active, standby = two
-    assert await active.claim_worker()
-    lost = asyncio.Event()
-    watching = asyncio.create_task(active.watch_claim(lost.set))
-    try:
+    async with watched(active) as lost:
         await end_claims(url)
         async with asyncio.timeout(10):
             while not await active.engine.holds(WORKER_CLAIM):  # noqa: ASYNC110
                 await asyncio.sleep(CLAIM_CHECK_S)
         assert not lost.is_set()
         assert not await standby.engine.claim(WORKER_CLAIM)
-    finally:
-        watching.cancel()
-        await asyncio.gather(watching, return_exceptions=True)
