@@ -91,6 +91,8 @@ class PostgresEngine:
         try:
             await self._on_thread(lambda: pool.open(wait=True, timeout=OPEN_TIMEOUT_S))
         except PoolTimeout:
+            # Its workers would go on trying to connect in the background.
+            await self._on_thread(lambda: pool.close(timeout=0))
             await self._stop_threads()
             raise StoreError(f"cannot connect to {self.label}", remedy=_CHECK_SERVER) from None
         self._pool = pool
@@ -125,7 +127,11 @@ class PostgresEngine:
             if name in self._held:
                 return True
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CLAIM_TIMEOUT_S)
-            row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)).fetchone()
+            try:
+                row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)).fetchone()
+            except BaseException:
+                conn.close()
+                raise
             if row is not None and row[0]:
                 self._held[name] = conn
                 return True
