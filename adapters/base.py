@@ -28,6 +28,11 @@ Optional, looked up with getattr (leave them out rather than set them to None):
   `Outbound.nonce`, so a send cut short by a crash may be repeated after a restart.
 - `min_edit_interval_s: float`: the least time between two edits of one message (rate limits).
 - `implicit_owners: tuple[str, ...]`: senders that own the bot by being there (the local console).
+- `async start_sending()`: connect for sending only, without listening. Where several workers share
+  one database, only one of them listens on a platform connection that must be unique (Telegram
+  polling, a Discord gateway), and the others call this to answer the chats they claim; `start`
+  may follow it later, when the worker takes the connection over. Without it, an adapter's chats are
+  answered only by the worker that listens.
 
 Lifecycle, in this order, enforced by the core (`bridge.gateway.lifecycle.GuardedAdapter` wraps every
 adapter it loads, and raises `AdapterLifecycleError` on misuse):

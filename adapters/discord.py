@@ -92,8 +92,9 @@ class DiscordAdapter:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, handler: InboundHandler) -> None:
-        self._handler = handler
+    async def start_sending(self) -> None:
+        """Log in for sending only: the REST client, without the gateway (a worker that answers
+        chats while another worker holds the gateway connection)."""
         point_discord_at(self.settings.api_base, self.settings.gateway_url)
         intents = discord.Intents.default()
         intents.message_content = True
@@ -101,7 +102,6 @@ class DiscordAdapter:
             intents=intents, allowed_mentions=discord.AllowedMentions.none(), **self._client_options
         )
         client.on_message = self._on_message  # type: ignore[attr-defined]
-        self._client = client
         try:
             await client.login(self.settings.token.get_secret_value())
         except discord.LoginFailure:
@@ -113,6 +113,13 @@ class DiscordAdapter:
         except (discord.HTTPException, OSError) as exc:
             await client.close()
             raise AdapterStartError(f"Can't reach the Discord API: {exc}") from None
+        self._client = client
+
+    async def start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        if self._client is None:
+            await self.start_sending()
+        client = self.client
         # Reconnects and RESUME are discord.py's job; connect() returns only when the client closes.
         self._connection = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready())

@@ -127,10 +127,11 @@ class TelegramAdapter:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self, handler: InboundHandler) -> None:
+    async def start_sending(self) -> None:
+        """Connect for sending only: the Bot API client, without polling or a webhook (a worker that
+        answers chats while another worker polls)."""
         if self._bot is not None:
-            raise RuntimeError("this Telegram adapter is already running")
-        self._handler = handler
+            raise RuntimeError("this Telegram adapter is already connected")
         cfg = self.settings
         bot = IntakeBot(
             cfg.token.get_secret_value(),
@@ -158,6 +159,16 @@ class TelegramAdapter:
             await bot.set_my_commands([BotCommand(name, text) for name, text in COMMANDS])
         except TelegramError as exc:  # the menu is a nicety; the bot works without it
             log.warning("Telegram: setMyCommands failed: %s", exc)
+
+    async def start(self, handler: InboundHandler) -> None:
+        if self._poller is not None or self._webhook is not None:
+            raise RuntimeError("this Telegram adapter is already running")
+        self._handler = handler
+        cfg = self.settings
+        if self._bot is None:
+            await self.start_sending()
+        bot = self._bot
+        assert bot is not None
         intake = Intake(self._take)
         try:
             if cfg.mode == "webhook":

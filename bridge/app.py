@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import AgentRunner
@@ -30,8 +30,13 @@ from bridge.logs import redactor
 from bridge.sessions.service import SessionService
 from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
+from bridge.store.postgres import PostgresEngine, PostgresStore
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
+
+if TYPE_CHECKING:
+    from bridge.gateway.sharing import WorkShare
+    from bridge.store.pg_leases import PgLeases
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +70,15 @@ class Bridge:
         self._standby = standby
         # False while another process answers on the database (and for good, if stopped meanwhile).
         self.claimed = False
-        # Called if this process can no longer show that it holds the database (see watch_claim).
+        # Called if this process can no longer show that it holds the database (see watch_claim), or
+        # a platform connection or its leases, where workers share the runs.
         self._on_claim_lost = on_claim_lost
+        # Tasks that live as long as the bot (watching platform connections); cancelled at stop.
+        self.background: set[asyncio.Task[None]] = set()
         self._watching: asyncio.Task[None] | None = None
+        # This worker's part in sharing the runs with others on one PostgreSQL database (bridge run).
+        self.share: WorkShare | None = None
+        self.leases: PgLeases | None = None
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
         self.store = store_for(settings.storage)
@@ -102,6 +113,10 @@ class Bridge:
             settings.runs,
         )
 
+    def on_claim_lost(self) -> None:
+        if self._on_claim_lost is not None:
+            self._on_claim_lost()
+
     def _provider_for(self, session: SessionRow) -> Provider:
         """The model a session's compaction asks: the one its turns run on."""
         return self.profiles.get(session.model_profile)
@@ -117,12 +132,22 @@ class Bridge:
     async def handle(self, inbound: Inbound) -> Any:
         return await self.dispatcher.handle(inbound)
 
+    @property
+    def shared(self) -> bool:
+        """Whether this worker shares the runs with others: `bridge run` on PostgreSQL."""
+        return self._standby is not None and isinstance(self.store, PostgresStore)
+
     async def start(self) -> None:
         await self.store.open()
         try:
+            if self.shared:
+                await self._open_leases()
             await self.presence.start()
-            self.claimed = await self.store.claim_worker(standby=self._standby)
+            self.claimed = await self.store.claim_worker(standby=self._standby, shared=self.shared)
             if not self.claimed:
+                return
+            if self.shared:
+                await self._start_sharing()
                 return
             await self.presence.update("active", "runs, outbox")
             # Runs a crash cut short are closed, and their notices queued in the same transaction: a
@@ -138,12 +163,58 @@ class Bridge:
         except BaseException:
             # An open connection's thread would keep the process alive after the error.
             await self.presence.stop()
+            if self.leases is not None:
+                await self.leases.close()
             await self.store.close()
             raise
+
+    async def _start_sharing(self) -> None:
+        """Join the workers on the database: this one's runs and rows carry its id (see sharing.py).
+        What dead workers left is taken over by the share's sweep, not aborted wholesale: other
+        workers' runs are in progress."""
+        from bridge.gateway.sharing import WorkShare
+
+        assert isinstance(self.store, PostgresStore) and self.leases is not None
+        worker = self.presence.id
+        self.store.worker_id = self.delivery.worker_id = worker
+        self.presence.sole = False
+        await self.presence.update("active", "runs")
+        self.share = WorkShare(
+            self.store,
+            self.leases,
+            self.dispatcher,
+            self.delivery,
+            self.lanes,
+            worker_id=worker,
+            max_runs=self.settings.runs.max_concurrent_runs,
+            followup=self.settings.runs.queue_mode == "followup",
+            on_lost=self.on_claim_lost,
+        )
+        if self._on_claim_lost is not None:
+            self._watching = asyncio.create_task(
+                self.store.watch_claim(self._on_claim_lost, shared=True), name="watch-claim"
+            )
+
+    async def _open_leases(self) -> None:
+        """This worker's lease connection, holding its own lock before its row is listed: another
+        worker that finds the row but not the lock knows it is dead."""
+        from bridge.store.intake import worker_lease
+        from bridge.store.pg_leases import PgLeases
+
+        engine = self.store.engine
+        assert isinstance(engine, PostgresEngine)
+        self.leases = PgLeases(engine.url, engine.label, application_name=f"bridge-{self.presence.id}")
+        await self.leases.open()
+        await self.leases.lock(worker_lease(self.presence.id))
 
     async def recover(self) -> None:
         """Once the adapters are up: deliver what a crash left unsent (answers, then the news of runs it
         cut short), then answer messages that were stored but never taken up by a run."""
+        if self.share is not None:
+            # Sharing: the share's sweep and claims do both, for this worker's share of the work.
+            await self.share.start()
+            self.dispatcher.share = self.share
+            return
         # Queued first, so in each chat they go before anything the resumed answers send.
         undelivered = await self.delivery.recover()
         await self.dispatcher.resume()
@@ -157,6 +228,9 @@ class Bridge:
         what the courier could not send by then stays in the outbox for the next start.
         """
         self.dispatcher.closing = True
+        if self.share is not None:
+            # Taking no new chats; the leases go with the connection when the share stops.
+            self.dispatcher.share = None
         grace = self.settings.runs.shutdown_grace_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
@@ -181,6 +255,9 @@ class Bridge:
 
     async def stop(self) -> None:
         """Finish nothing new: cancel runs in flight, then close the model client and the store."""
+        for task in self.background:
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
         if self._watching is not None:
             self._watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -189,8 +266,12 @@ class Bridge:
         await self.lanes.close()
         await self.compactor.close()
         await self.delivery.close()
+        if self.share is not None:
+            await self.share.stop()
         await self.profiles.aclose()
         await self.presence.stop()
+        if self.leases is not None:
+            await self.leases.close()
         await self.store.close()
 
     async def __aenter__(self) -> Bridge:

@@ -415,16 +415,22 @@ async def run(settings: Settings, path: Path | None = None) -> int:
         if not bridge.claimed:
             return 0  # stopped while standing by: nothing was started
         reloader = _watch_config(bridge, settings, path)
-        started = []
+        started: list[GuardedAdapter] = []
         recovering: asyncio.Task[None] | None = None
+        listening: list[asyncio.Task[None]] = []
         try:
-            for adapter in adapters:
-                bridge.add_sender(adapter)
-                await adapter.start(bridge.handle)
-                started.append(adapter)
-            logging.getLogger("bridge").info("running: %s", ", ".join(names))
-            holds = ["runs", "outbox", *(_holding(name, settings) for name in names)]
-            await bridge.presence.update("active", ", ".join(holds))
+            from bridge.gateway.platforms import holding, start_shared
+
+            if bridge.shared:
+                listening = await start_shared(bridge, adapters, names, settings, stop, started)
+            else:
+                for adapter in adapters:
+                    bridge.add_sender(adapter)
+                    await adapter.start(bridge.handle)
+                    started.append(adapter)
+                logging.getLogger("bridge").info("running: %s", ", ".join(names))
+                holds = ["runs", "outbox", *(holding(name, settings) for name in names)]
+                await bridge.presence.update("active", ", ".join(holds))
             # In the background: a long platform back-off while catching up must not delay a SIGTERM.
             recovering = asyncio.create_task(bridge.recover(), name="recover")
             recovering.add_done_callback(_log_failure)
@@ -432,6 +438,9 @@ async def run(settings: Settings, path: Path | None = None) -> int:
         finally:
             # Stop listening first, so nothing new arrives while the runs in flight are wound down.
             await reloader.stop()
+            for task in listening:
+                task.cancel()
+            await asyncio.gather(*listening, return_exceptions=True)
             if recovering is not None and not recovering.done():
                 recovering.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -451,13 +460,6 @@ def _lost_database() -> None:
     logging.getLogger("bridge").critical("stopping: another worker may now hold the database")
     logging.shutdown()
     os._exit(EXIT_RUNTIME)
-
-
-def _holding(name: str, settings: Settings) -> str:
-    """What a running platform holds, for `bridge status`: its connection."""
-    if name == "telegram":
-        return f"telegram {settings.telegram.mode}"
-    return {"discord": "discord gateway"}.get(name, name)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -44,12 +44,19 @@ class Delivery:
         self.resend_uncertain = resend_uncertain
         self.courier = Courier(store, self._senders)
         self._memory_ids = 0  # row ids for the store-less mode
+        # Where workers share the database: written on each row, so another worker can tell this
+        # one's rows from a dead worker's (bridge.gateway.sharing).
+        self.worker_id: str | None = None
 
     def register(self, sender: Sender) -> None:
         self._senders[sender.surface] = sender
 
     def sender(self, surface: str) -> Sender | None:
         return self._senders.get(surface)
+
+    def surfaces(self) -> list[str]:
+        """The surfaces this process can send on."""
+        return list(self._senders)
 
     async def may_speak(self, route: Route, session_key: str | None) -> bool:
         if self.gate is None or session_key is None:
@@ -81,6 +88,7 @@ class Delivery:
             session_id=session.id if session else None,
             run_id=item.run_id,
             dedupe_key=item.dedupe_key,
+            worker_id=self.worker_id,
         )
         if not decision.speaks:
             return [dataclasses.replace(whole, state="suppressed", reason=decision.reason)]
@@ -139,9 +147,11 @@ class Delivery:
         sent.add_done_callback(settle)
         return result
 
-    async def recover(self) -> list[asyncio.Future[list[str | None]]]:
-        """Queue what a crash left undelivered, oldest first in each chat; the futures resolve once
-        each chat's share has gone.
+    async def recover(
+        self, rows: Sequence[OutboxRow] | None = None
+    ) -> list[asyncio.Future[list[str | None]]]:
+        """Queue what a crash left undelivered (or the given rows, a dead worker's), oldest first in
+        each chat; the futures resolve once each chat's share has gone.
 
         `pending` rows were never handed over: they go. A `sending` row was in flight, so the platform
         may have it: it goes again where the platform drops repeats (a stored nonce), or where
@@ -152,7 +162,7 @@ class Delivery:
         if self.store is None:
             return []
         by_chat: defaultdict[tuple[str, str], list[OutboxRow]] = defaultdict(list)
-        for row in await self.store.outbox(state=OPEN_STATES):
+        for row in rows if rows is not None else await self.store.outbox(state=OPEN_STATES):
             item = row.item
             if item.surface not in self._senders:
                 continue

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+from typing import TYPE_CHECKING
 
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import RETRY_HINT, AgentRunner
@@ -21,6 +22,9 @@ from bridge.sessions.service import SessionService
 from bridge.store.base import OutboxItem, RunRow, SessionRow
 from bridge.text import scrub
 from bridge.tools.base import AGENT_CHANNEL
+
+if TYPE_CHECKING:
+    from bridge.gateway.sharing import WorkShare
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,9 @@ class Dispatcher:
         self.access = services.access
         self.gate = services.gate
         self.compactor = services.compactor
+        # Set where several workers share the database: stored messages are then claimed from the
+        # shared intake queue by whichever worker has room, under the chat's lease.
+        self.share: WorkShare | None = None
 
     async def handle(self, inbound: Inbound) -> Done | None:
         """Take one message; IntakeUnavailable when it could not be stored (offer it again later)."""
@@ -135,10 +142,14 @@ class Dispatcher:
             # Shutting down: the message is stored, and the next start answers it (see resume).
             log.info("message in %s stored; it is answered after the restart", key)
             return None
+        if self.share is not None:
+            # Queued for every worker (its intake row was written with it): one claims the chat.
+            self.share.kick()
+            return None
         upto = stored if self.runs.queue_mode == "followup" else None
         return self.lanes.schedule(
             key,
-            lambda: self._run(key, inbound.route, inbound.surface, upto=upto),
+            lambda: self.run_turn(key, inbound.route, inbound.surface, upto=upto),
             merge=upto is None,
         )
 
@@ -152,13 +163,14 @@ class Dispatcher:
             return await self._notice(
                 inbound.route, key, "Nothing to retry: your last message has its answer."
             )
+        busy = "I am still answering; /stop first if you want me to start over."
         if self.lanes.busy(key):
-            return await self._notice(
-                inbound.route, key, "I am still answering; /stop first if you want me to start over."
-            )
-        return self.lanes.schedule(
-            key, lambda: self._run(key, inbound.route, inbound.surface, force=True), merge=False
-        )
+            return await self._notice(inbound.route, key, busy)
+        job = functools.partial(self.run_turn, key, inbound.route, inbound.surface, force=True)
+        if self.share is not None:
+            leased = await self.share.run_leased(key, job)
+            return leased if leased is not None else await self._notice(inbound.route, key, busy)
+        return self.lanes.schedule(key, job, merge=False)
 
     async def _compact(self, inbound: Inbound, key: str, owner: bool) -> Done | None:
         """/compact: summarise the session's older turns now, in the background; the chat is told how it
@@ -191,7 +203,8 @@ class Dispatcher:
             session_key=session.key,
             dedupe_key=f"interrupted:{run.id}",
         )
-        return self.delivery.plan_for(item, session)
+        # No worker's yet: whoever recovers the outbox sends them (at a start, or a takeover).
+        return [dataclasses.replace(row, worker_id=None) for row in self.delivery.plan_for(item, session)]
 
     async def resume(self) -> int:
         """At start: answer messages that were stored but never taken up by a run (they came in while
@@ -210,7 +223,7 @@ class Dispatcher:
             key = session.key
             log.info("answering a message in %s that came in before the restart", key)
             # partial binds this iteration's key and route (a plain lambda would see the last ones).
-            self.lanes.schedule(key, functools.partial(self._run, key, route, route.surface))
+            self.lanes.schedule(key, functools.partial(self.run_turn, key, route, route.surface))
             resumed += 1
         return resumed
 
@@ -229,7 +242,7 @@ class Dispatcher:
         sent.add_done_callback(settle)
         return done
 
-    async def _run(
+    async def run_turn(
         self, key: str, route: Route, channel: str, *, upto: int | None = None, force: bool = False
     ) -> None:
         # Read the active session now, not when the message came: /clear may have replaced it.

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from bridge.errors import AdapterLifecycleError
 from bridge.events import InboundHandler, Outbound, Route
 
-State = Literal["new", "starting", "running", "stopped"]
+State = Literal["new", "sending", "starting", "running", "stopped"]
 
 
 class GuardedAdapter:
@@ -35,8 +35,23 @@ class GuardedAdapter:
     def __repr__(self) -> str:
         return f"<GuardedAdapter {self.surface} {self.state}>"
 
-    async def start(self, handler: InboundHandler) -> None:
+    async def start_sending(self) -> None:
+        """Connect for sending only (the optional hook; see adapters/base.py); start may follow."""
         if self.state != "new":
+            raise AdapterLifecycleError(f"the {self.surface} adapter cannot connect: it is {self.state}")
+        self.state = "starting"
+        try:
+            await self.adapter.start_sending()
+        except BaseException:
+            self.state = "stopped"
+            raise
+        self.state = "sending"
+
+    def can_start_sending(self) -> bool:
+        return callable(getattr(self.adapter, "start_sending", None))
+
+    async def start(self, handler: InboundHandler) -> None:
+        if self.state not in ("new", "sending"):
             raise AdapterLifecycleError(f"the {self.surface} adapter cannot start: it is {self.state}")
         self.state = "starting"
         try:
@@ -69,6 +84,6 @@ class GuardedAdapter:
 
     def _running(self, what: str) -> None:
         # While it starts, an adapter may already deliver messages whose answers go out at once.
-        if self.state not in ("starting", "running"):
+        if self.state not in ("sending", "starting", "running"):
             when = "before start" if self.state == "new" else "after stop"
             raise AdapterLifecycleError(f"{what} on the {self.surface} adapter {when}")

@@ -25,6 +25,8 @@ class Presence:
         self.id = new_id()
         self.role = "standby"
         self.holds = ""
+        # False where workers share the runs: several are active at once.
+        self.sole = True
         self._beating: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -33,7 +35,7 @@ class Presence:
 
     async def update(self, role: str, holds: str) -> None:
         self.role, self.holds = role, holds
-        await self.store.beat_worker(self.id, role=role, holds=holds)
+        await self.store.beat_worker(self.id, role=role, holds=holds, sole=self.sole)
 
     async def stop(self) -> None:
         if self._beating is None:
@@ -51,7 +53,7 @@ class Presence:
         while True:
             await asyncio.sleep(BEAT_S)
             try:
-                await self.store.beat_worker(self.id, role=self.role, holds=self.holds)
+                await self.store.beat_worker(self.id, role=self.role, holds=self.holds, sole=self.sole)
             except StoreError as exc:
                 if not failing:
                     log.warning("cannot record that this worker is alive: %s", exc)

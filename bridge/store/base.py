@@ -129,6 +129,9 @@ class OutboxItem:
     # Sent with the chunk where the platform dedupes by it (Discord's enforce_nonce); kept across
     # restarts so a resend after a crash is dropped by the platform itself.
     nonce: str | None = None
+    # The worker that sends it, where several share the database: a dead worker's rows are taken
+    # over by another (bridge.gateway.sharing). None: whoever recovers the outbox.
+    worker_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +314,9 @@ class Store(Protocol):
     async def get_trace(self, run_id: str) -> str | None: ...
     async def prune_traces(self, keep: int) -> int: ...
     async def list_runs(self, *, session_key: str | None, limit: int) -> list[tuple[RunRow, str]]: ...
-    async def abort_interrupted_runs(self, notices: InterruptedNotices | None = None) -> list[RunRow]: ...
+    async def abort_interrupted_runs(
+        self, notices: InterruptedNotices | None = None, *, workers: Collection[str | None] | None = None
+    ) -> list[RunRow]: ...
     async def unanswered(self) -> list[Unanswered]:
         """Active sessions with a message from a person that no run took up (queued at a stop or crash)."""
         ...

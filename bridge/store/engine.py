@@ -45,9 +45,10 @@ class Engine(Protocol):
 
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T: ...
     async def backup(self, target: Path) -> None: ...
-    async def claim(self, name: str) -> bool:
+    async def claim(self, name: str, *, shared: bool = False) -> bool:
         """Hold the lock `name` for as long as the engine is open, and across every process using the
-        database; False when another holds it. A process that dies loses its locks at once."""
+        database; False when another holds it. A process that dies loses its locks at once. Shared:
+        any number of processes may hold it shared, while none holds it alone."""
         ...
 
     async def holds(self, name: str) -> bool:
@@ -60,6 +61,9 @@ class Database:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # The worker that writes runs and outbox rows here, where several share the database (see
+        # bridge.gateway.sharing); None for the one process of an embedded database.
+        self.worker_id: str | None = None
 
     async def open(self) -> None:
         await self.engine.open()
@@ -90,3 +94,13 @@ def inserted_id(cursor: Cursor) -> int:
     row = cursor.fetchone()
     assert row is not None, "INSERT ... RETURNING id returned no row"
     return int(row[0])
+
+
+def of_workers(column: str, workers: Iterable[str | None]) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause for rows of the given workers (None: rows of no worker), with its parameters."""
+    given = list(workers)
+    named = tuple(w for w in given if w is not None)
+    parts = [f"{column} IS NULL"] if None in given else []
+    if named:
+        parts.append(f"{column} IN ({', '.join('?' * len(named))})")
+    return "(" + (" OR ".join(parts) or "1 = 0") + ")", named

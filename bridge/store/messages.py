@@ -31,10 +31,14 @@ class MessageTable(SessionTable):
         via_session: str | None = None,
     ) -> int | None:
         """Store a user message; None when the platform message id was stored before (a redelivery,
-        or a second worker that received it too)."""
-        return await self._add(
-            session_id,
-            lambda conn: insert_message(
+        or a second worker that received it too).
+
+        A chat message also joins the intake queue, in the same transaction, until a run takes it up:
+        where several workers share the database, any of them may claim it (bridge.gateway.sharing).
+        """
+
+        def add(conn: Conn) -> int | None:
+            found = insert_message(
                 conn,
                 session_id,
                 "user",
@@ -42,8 +46,12 @@ class MessageTable(SessionTable):
                 sender=sender,
                 platform_msg_id=platform_msg_id,
                 via_session=via_session,
-            ),
-        )
+            )
+            if found is not None and via_session is None:
+                conn.execute("INSERT INTO intake (message_id, session_id) VALUES (?, ?)", (found, session_id))
+            return found
+
+        return await self._add(session_id, add)
 
     async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int:
         return await self._add(

@@ -181,6 +181,24 @@ MIGRATIONS: tuple[str, ...] = (
         seen_at    REAL NOT NULL
     );
     """,
+    # 7: several workers on one database share the work. `intake` holds each chat message until a
+    # run takes it up: the shared queue workers claim from. runs and outbox rows name the worker
+    # that wrote them, so the rows of a worker that died are found and taken over.
+    """
+    CREATE TABLE intake (
+        message_id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE
+    );
+    CREATE INDEX intake_by_session ON intake (session_id, message_id);
+    INSERT INTO intake (message_id, session_id)
+        SELECT m.id, m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id
+        WHERE s.ended_at IS NULL AND m.kind = 'user' AND m.via_session IS NULL
+          AND m.id > COALESCE((SELECT MAX(input_upto) FROM runs WHERE session_id = m.session_id), 0);
+    ALTER TABLE runs ADD COLUMN worker_id TEXT;
+    ALTER TABLE outbox ADD COLUMN worker_id TEXT;
+    CREATE INDEX runs_running ON runs (worker_id) WHERE status = 'running';
+    CREATE INDEX outbox_open_by_worker ON outbox (worker_id) WHERE state IN ('pending', 'sending');
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

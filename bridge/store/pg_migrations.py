@@ -149,4 +149,28 @@ PG_MIGRATIONS: tuple[str, ...] = (
         seen_at    DOUBLE PRECISION NOT NULL
     );
     """,
+    # 7: the shared intake queue, the worker of each run and outbox row, and a notification on
+    # each chat message stored, so idle workers claim it at once instead of at their next poll.
+    """
+    CREATE TABLE intake (
+        message_id BIGINT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE
+    );
+    CREATE INDEX intake_by_session ON intake (session_id, message_id);
+    INSERT INTO intake (message_id, session_id)
+        SELECT m.id, m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id
+        WHERE s.ended_at IS NULL AND m.kind = 'user' AND m.via_session IS NULL
+          AND m.id > COALESCE((SELECT MAX(input_upto) FROM runs WHERE session_id = m.session_id), 0);
+    ALTER TABLE runs ADD COLUMN worker_id TEXT;
+    ALTER TABLE outbox ADD COLUMN worker_id TEXT;
+    CREATE INDEX runs_running ON runs (worker_id) WHERE status = 'running';
+    CREATE INDEX outbox_open_by_worker ON outbox (worker_id) WHERE state IN ('pending', 'sending');
+    CREATE FUNCTION bridge_intake_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('bridge_intake', '');
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER intake_notify AFTER INSERT ON intake
+        FOR EACH STATEMENT EXECUTE FUNCTION bridge_intake_notify();
+    """,
 )

@@ -118,7 +118,7 @@ class PostgresEngine:
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else None
         return await self._run(work, begin=begin)
 
-    async def claim(self, name: str) -> bool:
+    async def claim(self, name: str, *, shared: bool = False) -> bool:
         """A session-level advisory lock on a connection of its own, outside the pool: the server
         drops it the moment that connection ends, a killed process's included."""
         import psycopg
@@ -128,7 +128,8 @@ class PostgresEngine:
                 return True
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CLAIM_TIMEOUT_S)
             try:
-                row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)).fetchone()
+                function = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+                row = conn.execute(f"SELECT {function}(hashtextextended(%s, 0))".encode(), (name,)).fetchone()
             except BaseException:
                 conn.close()
                 raise

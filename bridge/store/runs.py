@@ -18,7 +18,7 @@ from bridge.store.base import (
     SummaryRow,
     Unanswered,
 )
-from bridge.store.engine import Conn
+from bridge.store.engine import Conn, of_workers
 from bridge.store.messages import (
     MessageTable,
     insert_message,
@@ -65,10 +65,11 @@ class RunTable(MessageTable):
                 return None
             input_hash = hashlib.sha256(newest[1].encode()).hexdigest()
             conn.execute(
-                "INSERT INTO runs (id, session_id, status, channel, input_hash, input_upto, started_at) "
-                "VALUES (?, ?, 'running', ?, ?, ?, ?)",
-                (run_id, session_id, channel, input_hash, newest[0], time.time()),
+                "INSERT INTO runs (id, session_id, status, channel, input_hash, input_upto, started_at, "
+                "worker_id) VALUES (?, ?, 'running', ?, ?, ?, ?, ?)",
+                (run_id, session_id, channel, input_hash, newest[0], time.time(), self.worker_id),
             )
+            take_up(conn, session_id, newest[0])
             return newest[0], input_hash
 
         claimed = await self._write(claim)
@@ -246,24 +247,29 @@ class RunTable(MessageTable):
         )
         return [(RunRow(*row[:-1]), row[-1]) for row in rows]
 
-    async def abort_interrupted_runs(self, notices: InterruptedNotices | None = None) -> list[RunRow]:
-        """Runs a crash left 'running' become 'aborted', and the notices `notices` builds for them are
-        queued in the same transaction; the runs are returned."""
+    async def abort_interrupted_runs(
+        self, notices: InterruptedNotices | None = None, *, workers: Collection[str | None] | None = None
+    ) -> list[RunRow]:
+        """Runs a crash left 'running' become 'aborted' (all, or those of the given dead workers), and
+        the notices `notices` builds for them are queued in the same transaction; the runs are
+        returned. One UPDATE ... RETURNING: two workers aborting at once abort each run once."""
+        where, params = of_workers("worker_id", workers) if workers is not None else ("1 = 1", ())
 
         def abort(conn: Conn) -> list[RunRow]:
-            runs = [
-                RunRow(*row)
-                for row in conn.execute(
-                    f"SELECT {_RUN_COLS} FROM runs WHERE status = 'running' ORDER BY started_at"
-                )
-            ]
+            runs = sorted(
+                (
+                    RunRow(*row)
+                    for row in conn.execute(
+                        "UPDATE runs SET status = 'aborted', ended_at = ?, error = 'interrupted: "
+                        "Bridge stopped during this run' WHERE status = 'running' AND "
+                        f"{where} RETURNING {_RUN_COLS}",
+                        (time.time(), *params),
+                    ).fetchall()
+                ),
+                key=lambda run: run.started_at,
+            )
             if not runs:
                 return runs
-            conn.execute(
-                "UPDATE runs SET status = 'aborted', ended_at = ?, "
-                "error = 'interrupted: Bridge stopped during this run' WHERE status = 'running'",
-                (time.time(),),
-            )
             if notices is None:
                 return runs
             for run in runs:
@@ -302,6 +308,7 @@ class RunTable(MessageTable):
                 "VALUES (?, ?, 'cancelled', ?, ?, ?, ?)",
                 (new_id(), session_id, newest, now, now, reason),
             )
+            take_up(conn, session_id, newest)
             return True
 
         return await self._write(skip)
@@ -326,6 +333,11 @@ def _read_context(
 
 def _scrubbed(*texts: str | None) -> list[str | None]:
     return [None if text is None else scrub(text) for text in texts]
+
+
+def take_up(conn: Conn, session_id: str, upto: int) -> None:
+    """The session's messages up to `upto` are taken up by a run: they leave the intake queue."""
+    conn.execute("DELETE FROM intake WHERE session_id = ? AND message_id <= ?", (session_id, upto))
 
 
 def _answered_upto(conn: Conn, session_id: str) -> int:

@@ -65,6 +65,11 @@ class SessionTable(Database):
 
         def replace(conn: Conn) -> SessionRow:
             conn.execute(
+                "DELETE FROM intake WHERE session_id IN (SELECT id FROM sessions WHERE key = ? AND "
+                "ended_at IS NULL)",
+                (key,),
+            )
+            conn.execute(
                 "UPDATE sessions SET ended_at = ? WHERE key = ? AND ended_at IS NULL", (time.time(), key)
             )
             row = _insert_session(conn, key, meta)

@@ -117,7 +117,7 @@ class SQLiteEngine:
 
         await self._call(self._reader or self._open_writer(), "raw", copy)
 
-    async def claim(self, name: str) -> bool:
+    async def claim(self, name: str, *, shared: bool = False) -> bool:
         # One process per file is not enforced here (the file's own locking keeps it consistent).
         return True
 

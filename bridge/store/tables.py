@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from bridge.store.claims import WorkerClaim
+from bridge.store.intake import IntakeTable
 from bridge.store.outbox import OutboxTable
 from bridge.store.runs import RunTable
 from bridge.store.workers import WorkerTable
 
 
-class DatabaseStore(RunTable, OutboxTable, WorkerTable, WorkerClaim):
+class DatabaseStore(RunTable, OutboxTable, IntakeTable, WorkerTable, WorkerClaim):
     """Sessions, messages, runs, the outbox and memories, on the engine given (SQLite or PostgreSQL).
 
     Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py); this

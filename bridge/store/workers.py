@@ -45,12 +45,13 @@ class WorkerTable(Database):
             )
         )
 
-    async def beat_worker(self, worker_id: str, *, role: str, holds: str) -> None:
-        """Say this worker is alive, and what it is now. Only the worker holding the database's claim
-        is active, so another row that says active is a worker that died without leaving."""
+    async def beat_worker(self, worker_id: str, *, role: str, holds: str, sole: bool = True) -> None:
+        """Say this worker is alive, and what it is now. Where one worker answers (`sole`), only the
+        one holding the database's claim is active, so another row that says active is a worker that
+        died without leaving. Workers sharing the runs are all active."""
 
         def beat(conn: Conn) -> None:
-            if role == "active":
+            if role == "active" and sole:
                 conn.execute("DELETE FROM workers WHERE role = 'active' AND id != ?", (worker_id,))
             conn.execute(
                 "UPDATE workers SET role = ?, holds = ?, seen_at = ? WHERE id = ?",

@@ -1,0 +1,107 @@
+"""Platform connections where workers share the runs: every worker sends, one at a time listens."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import TYPE_CHECKING
+
+from bridge.config import Settings
+
+if TYPE_CHECKING:
+    from bridge.app import Bridge
+    from bridge.gateway.lifecycle import GuardedAdapter
+
+log = logging.getLogger("bridge")
+
+
+def holding(name: str, settings: Settings) -> str:
+    """What a running platform holds, for `bridge status`: its connection."""
+    if name == "telegram":
+        return f"telegram {settings.telegram.mode}"
+    return {"discord": "discord gateway"}.get(name, name)
+
+
+def exclusive(name: str, settings: Settings) -> bool:
+    """Whether one connection at a time may listen: Telegram polling (a second poller gets Conflict)
+    and a Discord gateway (two would both receive every message). A Telegram webhook is answered by
+    every worker: the platform message id makes a request two workers took stored once."""
+    if name == "telegram":
+        return settings.telegram.mode != "webhook"
+    return name != "console"
+
+
+def platform_lock(name: str, settings: Settings) -> str:
+    """The lock of one platform connection: per token, so two bots on one database are two locks."""
+    token = getattr(getattr(settings, name, None), "token", None)
+    secret = token.get_secret_value() if token is not None and hasattr(token, "get_secret_value") else ""
+    return f"bridge.platform:{name}:{hashlib.sha256(secret.encode()).hexdigest()[:16]}"
+
+
+async def start_shared(
+    bridge: Bridge,
+    adapters: list[GuardedAdapter],
+    names: list[str],
+    settings: Settings,
+    stop: asyncio.Event,
+    started: list[GuardedAdapter],
+) -> list[asyncio.Task[None]]:
+    """Connect every adapter for sending; listen where this worker may (now, or once the worker that
+    listens ends). Returns the tasks that wait for a connection another worker holds."""
+    waiting: list[asyncio.Task[None]] = []
+    listening: list[str] = []
+    for adapter, name in zip(adapters, names, strict=True):
+        if not exclusive(name, settings):
+            bridge.add_sender(adapter)
+            await adapter.start(bridge.handle)
+            started.append(adapter)
+            listening.append(holding(name, settings))
+            continue
+        if adapter.can_start_sending():
+            await adapter.start_sending()
+            bridge.add_sender(adapter)
+            started.append(adapter)
+        lock = platform_lock(name, settings)
+        what = f"the {holding(name, settings)} connection"
+        if await bridge.store.engine.claim(lock):
+            await _listen(bridge, adapter, lock, started)
+            listening.append(holding(name, settings))
+        else:
+            waiting.append(
+                asyncio.create_task(
+                    _take_over(bridge, adapter, name, lock, what, stop, started), name=f"wait:{name}"
+                )
+            )
+    log.info("running: %s", ", ".join(names))
+    await bridge.presence.update("active", ", ".join(["runs", *listening]))
+    return waiting
+
+
+async def _take_over(
+    bridge: Bridge,
+    adapter: GuardedAdapter,
+    name: str,
+    lock: str,
+    what: str,
+    stop: asyncio.Event,
+    started: list[GuardedAdapter],
+) -> None:
+    """Stand by for a connection another worker listens on, and listen once it has ended."""
+    if not await bridge.store.claim_worker(standby=stop, name=lock, what=what):
+        return
+    await _listen(bridge, adapter, lock, started)
+    holds = bridge.presence.holds
+    await bridge.presence.update("active", f"{holds}, {holding(name, bridge.settings)}")
+
+
+async def _listen(bridge: Bridge, adapter: GuardedAdapter, lock: str, started: list[GuardedAdapter]) -> None:
+    if adapter not in started:
+        # An adapter that cannot send without listening answers its chats from this worker only.
+        bridge.add_sender(adapter)
+        started.append(adapter)
+    await adapter.start(bridge.handle)
+    # Checked like the database's claim: a worker that cannot show it still holds the connection
+    # stops at once, so the one taking over never listens beside it.
+    task = asyncio.create_task(bridge.store.watch_claim(bridge.on_claim_lost, lock), name=f"watch:{lock}")
+    bridge.background.add(task)

@@ -1,0 +1,244 @@
+"""Workers sharing one PostgreSQL database: claim chats from the intake queue, and take over a dead one's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from bridge.errors import StoreError
+from bridge.events import Route
+from bridge.gateway.delivery import Delivery
+from bridge.gateway.dispatcher import Dispatcher
+from bridge.gateway.lanes import Lanes
+from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
+from bridge.store.pg_leases import LeasesLost, PgLeases
+from bridge.store.tables import DatabaseStore
+
+log = logging.getLogger(__name__)
+
+# A worker claims waiting chats when told a message came in, and at least this often regardless (a
+# notification lost to a reconnect, a chat whose lease another worker has just let go).
+PULL_EVERY_S = 1.0
+# How long an idle worker tries to open its lease connection again (a database restart) before it stops.
+RECONNECT_FOR_S = 10.0
+# How often a worker looks for runs and unsent rows of workers that died: they are taken over within it.
+SWEEP_EVERY_S = 1.0
+
+
+class WorkShare:
+    """This worker's part in sharing the runs of one database with the others.
+
+    - **The intake queue.** Every chat message is stored with a row in `intake` (whichever worker
+      received it); a trigger notifies all workers. A worker with free run slots claims the chats
+      whose messages waited longest (claim_sessions: FOR UPDATE SKIP LOCKED, then the lease).
+    - **Leases.** A chat's turns run only in the worker holding its lease, an advisory lock on the
+      worker's lease connection, so at most one run per chat runs at a time across all workers, in
+      arrival order. The holder answers what comes in meanwhile before it lets go. A dead worker's
+      connection ends, and the server frees its leases at once.
+    - **Taking over.** Each worker also holds a lock named after itself for as long as it lives. Runs
+      left `running` and outbox rows left unsent by a worker whose lock is free are taken over: the
+      runs aborted with the usual notice, the rows sent (or marked uncertain) as at a restart.
+
+    If the lease connection itself fails, this worker can no longer show that the chats it runs are
+    its alone: `on_lost` is called (bridge run stops the process at once, as if killed).
+    """
+
+    def __init__(
+        self,
+        store: DatabaseStore,
+        leases: PgLeases,
+        dispatcher: Dispatcher,
+        delivery: Delivery,
+        lanes: Lanes,
+        *,
+        worker_id: str,
+        max_runs: int,
+        followup: bool,
+        on_lost: Callable[[], object],
+    ) -> None:
+        self.store = store
+        self.leases = leases
+        self.dispatcher = dispatcher
+        self.delivery = delivery
+        self.lanes = lanes
+        self.worker_id = worker_id
+        self.max_runs = max_runs
+        self.followup = followup
+        self._on_lost = on_lost
+        self._serving: set[str] = set()
+        self._wake = asyncio.Event()
+        self._reconnecting = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.runs_taken = 0
+
+    async def start(self) -> None:
+        """Begin claiming and taking over; the leases are open already, with this worker's own."""
+        for name, loop in (
+            ("claim", self._claim_loop),
+            ("listen", self._listen_loop),
+            ("sweep", self._sweep),
+        ):
+            self._tasks.append(asyncio.create_task(self._guarded(loop), name=f"sharing-{name}"))
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def kick(self) -> None:
+        """A message was stored here: claim now rather than at the next poll."""
+        self._wake.set()
+
+    def serving(self) -> frozenset[str]:
+        return frozenset(self._serving)
+
+    async def run_leased(
+        self, key: str, job: Callable[[], Coroutine[Any, Any, None]]
+    ) -> asyncio.Future[None] | None:
+        """Run `job` in the chat's lane under its lease (/retry); None if another run holds the chat."""
+        if key in self._serving or not await self.leases.lock(session_lease(key)):
+            return None
+        self._serving.add(key)
+
+        async def leased() -> None:
+            try:
+                await job()
+            finally:
+                await self._release(key)
+
+        return self.lanes.schedule(key, leased, merge=False)
+
+    # ---------------------------------------------------------------- the loops
+
+    async def _guarded(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        while True:
+            try:
+                await loop()
+                return
+            except LeasesLost as exc:
+                # Idle, this worker only needs a new connection; with chats in hand, it cannot show
+                # they are still its alone, and stops (their runs are taken over as if it was killed).
+                if self._serving or not await self._reconnect():
+                    log.critical("%s; the chats this worker runs may no longer be its alone", exc)
+                    self._on_lost()
+                    return
+
+    async def _reconnect(self) -> bool:
+        async with self._reconnecting:
+            if not self.leases.lost:
+                return True  # another loop did it
+            deadline = asyncio.get_running_loop().time() + RECONNECT_FOR_S
+            while asyncio.get_running_loop().time() < deadline:
+                try:
+                    await self.leases.reopen()
+                    await self.leases.lock(worker_lease(self.worker_id))
+                except StoreError:
+                    await asyncio.sleep(0.5)
+                    continue
+                log.warning("the lease connection to the database is back")
+                return True
+            return False
+
+    async def _claim_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), PULL_EVERY_S)
+            self._wake.clear()
+            free = self.max_runs - len(self._serving)
+            if self.dispatcher.closing or free <= 0:
+                continue
+            work = functools.partial(
+                claim_sessions, limit=free, skip=set(self._serving), surfaces=self.delivery.surfaces()
+            )
+            try:
+                claimed = await self.leases.run(work)
+            except LeasesLost:
+                raise
+            except StoreError as exc:
+                log.warning("cannot claim waiting chats: %s", exc)
+                continue
+            for found in claimed:
+                self._serving.add(found.session.key)
+                self.lanes.schedule(found.session.key, functools.partial(self._serve, found), merge=False)
+
+    async def _listen_loop(self) -> None:
+        while True:
+            if await self.leases.notified():
+                self._wake.set()
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY_S)
+            try:
+                await self._take_over()
+            except LeasesLost:
+                raise
+            except StoreError as exc:
+                log.warning("cannot look for work left by stopped workers: %s", exc)
+
+    async def _take_over(self) -> None:
+        others = await self.store.others_with_work(self.worker_id)
+        listed = {row.id for row in await self.store.workers() if row.id != self.worker_id}
+        dead = [w for w in others | listed if w is None or await self.leases.is_free(worker_lease(w))]
+        for gone in listed.intersection(dead):
+            # Its row goes at once, not once it has aged out: bridge status lists the living.
+            await self.store.leave_worker(gone)
+        dead = [w for w in dead if w in others]
+        if not dead:
+            return
+        aborted = await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices, workers=dead)
+        # The notices just written belong to no worker yet, like the dead workers' own rows.
+        rows = await self.store.take_over_outbox([*dead, None], self.worker_id)
+        if aborted or rows:
+            log.warning(
+                "took over from a stopped worker: %d run(s) aborted and their chats told, %d message(s) "
+                "to send",
+                len(aborted),
+                len(rows),
+            )
+        if rows:
+            await self.delivery.recover(rows)
+        self._wake.set()
+
+    # ---------------------------------------------------------------- one chat
+
+    async def _serve(self, claimed: Claimed) -> None:
+        """Answer the chat's waiting messages, oldest first, then let its lease go."""
+        key, session = claimed.session.key, claimed.session
+        waiting: tuple[int, str | None] | None = (claimed.message_id, claimed.platform_msg_id)
+        self.runs_taken += 1
+        try:
+            while waiting is not None and not self.dispatcher.closing:
+                route = Route.from_json(session.last_route)
+                if route is None:
+                    await self.store.drop_waiting(session.id, waiting[0])
+                    return
+                reply_to = waiting[1].rsplit(":", 1)[-1] if waiting[1] else None
+                route = dataclasses.replace(route, reply_to=reply_to)
+                upto = waiting[0] if self.followup else None
+                await self.dispatcher.run_turn(key, route, route.surface, upto=upto)
+                after = await self.store.next_waiting(session.id)
+                if after is not None and after[0] <= waiting[0]:
+                    # The run ended before it took the message up (it failed, and said so): not
+                    # again and again; /retry answers it.
+                    await self.store.drop_waiting(session.id, after[0])
+                    after = await self.store.next_waiting(session.id)
+                waiting = after
+        finally:
+            await self._release(key)
+
+    async def _release(self, key: str) -> None:
+        self._serving.discard(key)
+        try:
+            await self.leases.unlock(session_lease(key))
+        except LeasesLost as exc:
+            log.critical("%s", exc)
+            self._on_lost()
+        # A message that came in just before the lease was let go was left to this worker: look again.
+        self._wake.set()

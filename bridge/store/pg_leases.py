@@ -1,0 +1,166 @@
+"""A worker's own PostgreSQL connections: one holds its leases (advisory locks), one hears new messages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from bridge.errors import StoreError
+from bridge.store.engine import Conn
+
+if TYPE_CHECKING:
+    import psycopg
+
+T = TypeVar("T")
+
+# The channel the intake trigger notifies (pg_migrations, version 7).
+INTAKE_CHANNEL = "bridge_intake"
+# How long one wait for a notification lasts, so a stopping worker is never held up longer.
+LISTEN_WAIT_S = 1.0
+CONNECT_TIMEOUT_S = 5
+
+
+class LeasesLost(StoreError):
+    """The lease connection ended: the server released every lock it held, so runs in flight may no
+    longer be this worker's alone."""
+
+
+def lock_sql(name: str) -> tuple[str, tuple[str]]:
+    return "SELECT pg_try_advisory_lock(hashtextextended(?, 0))", (name,)
+
+
+class PgLeases:
+    """Session-level advisory locks on a connection of this worker's own, outside the pool.
+
+    The server drops them all the moment the connection ends, a killed worker's included, so a lease
+    is never left behind. Each call runs on one thread of its own, in order: a transaction on the
+    connection is never interleaved with another call. `run` wraps work in a transaction whose locks
+    outlive it (session-level); `lock`, `unlock` and `is_free` take one name.
+    """
+
+    def __init__(self, url: str, label: str, *, application_name: str) -> None:
+        self.url = url
+        self.label = label
+        self.application_name = application_name
+        self._conn: psycopg.Connection[Any] | None = None
+        self._listener: psycopg.Connection[Any] | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="bridge-leases")
+        self._listen_thread = ThreadPoolExecutor(1, thread_name_prefix="bridge-listen")
+        self.lost = False
+
+    async def open(self) -> None:
+        import psycopg
+
+        def connect() -> psycopg.Connection[Any]:
+            return psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name=self.application_name,
+            )
+
+        try:
+            self._conn = await self._on(self._thread, connect)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"{self.label}: cannot open the lease connection: {exc}") from exc
+
+    async def reopen(self) -> None:
+        """A new lease connection in place of one that failed (it holds nothing yet)."""
+        old, self._conn = self._conn, None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await self._on(self._thread, old.close)
+        await self.open()
+        self.lost = False
+
+    async def close(self) -> None:
+        for conn, thread in ((self._conn, self._thread), (self._listener, self._listen_thread)):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await self._on(thread, conn.close)
+        self._conn = self._listener = None
+        for thread in (self._thread, self._listen_thread):
+            await asyncio.to_thread(thread.shutdown, wait=True)
+
+    async def run(self, work: Callable[[Conn], T]) -> T:
+        """`work` in one transaction on the lease connection; the locks it takes stay held."""
+        from bridge.store.postgres import _PgConn
+
+        conn = self._live()
+
+        def transaction() -> T:
+            conn.execute(b"BEGIN")
+            try:
+                result = work(_PgConn(conn))
+            except BaseException:
+                conn.execute(b"ROLLBACK")
+                raise
+            conn.execute(b"COMMIT")
+            return result
+
+        return await self._call(transaction)
+
+    async def lock(self, name: str) -> bool:
+        """Take `name` if it is free (True), or if this worker holds it already (counted twice then)."""
+        return await self.run(lambda conn: bool(conn.execute(*lock_sql(name)).fetchone()[0]))
+
+    async def unlock(self, name: str) -> None:
+        await self.run(
+            lambda conn: conn.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", (name,))
+        )
+
+    async def is_free(self, name: str) -> bool:
+        """Whether no connection holds `name` (tried and given back at once)."""
+
+        def probe(conn: Conn) -> bool:
+            taken = bool(conn.execute(*lock_sql(name)).fetchone()[0])
+            if taken:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", (name,))
+            return taken
+
+        return await self.run(probe)
+
+    async def notified(self) -> bool:
+        """Wait up to LISTEN_WAIT_S for a message to be queued by any worker: True if one was."""
+        import psycopg
+
+        def wait() -> bool:
+            try:
+                if self._listener is None:
+                    self._listener = psycopg.connect(
+                        self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                    )
+                    self._listener.execute(f"LISTEN {INTAKE_CHANNEL}".encode())
+                return any(True for _ in self._listener.notifies(timeout=LISTEN_WAIT_S, stop_after=1))
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                # A restarted server: connect again next time; the workers' polling covers the gap.
+                if self._listener is not None:
+                    with contextlib.suppress(Exception):
+                        self._listener.close()
+                self._listener = None
+                time.sleep(LISTEN_WAIT_S)
+                return False
+
+        return await self._on(self._listen_thread, wait)
+
+    def _live(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self.lost:
+            raise LeasesLost(f"{self.label}: the lease connection is closed")
+        return self._conn
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        import psycopg
+
+        try:
+            return await self._on(self._thread, fn)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            self.lost = True
+            raise LeasesLost(f"{self.label}: the lease connection failed: {exc}") from exc
+
+    @staticmethod
+    async def _on(thread: ThreadPoolExecutor, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(thread, fn)
