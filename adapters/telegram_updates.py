@@ -277,7 +277,8 @@ class WebhookServer:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=STOP_STEP_S)
         await runner.setup()
         try:
-            await web.TCPSite(runner, self._listen, self._port).start()
+            # reuse_port: workers sharing a database all take webhook requests, on one host too.
+            await web.TCPSite(runner, self._listen, self._port, reuse_port=True).start()
         except BaseException:
             await runner.cleanup()
             raise

@@ -9,7 +9,16 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import http_throughput, memory, real_model, restore_cost, round_trips, schema_tokens, throughput
+from bench import (
+    http_throughput,
+    memory,
+    real_model,
+    restore_cost,
+    round_trips,
+    scale,
+    schema_tokens,
+    throughput,
+)
 from bench.common import RESULTS, machine
 
 BENCHMARKS: dict[str, Callable[[bool], Awaitable[dict[str, Any]]]] = {
@@ -19,6 +28,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[dict[str, Any]]]] = {
     "http_throughput": http_throughput.run,
     "memory": memory.run,
     "round_trips": round_trips.run,
+    "scale": scale.run,
 }
 
 

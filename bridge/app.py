@@ -214,6 +214,7 @@ class Bridge:
             # Sharing: the share's sweep and claims do both, for this worker's share of the work.
             await self.share.start()
             self.dispatcher.share = self.share
+            self.commands.stop_elsewhere = self.share.stop_elsewhere
             return
         # Queued first, so in each chat they go before anything the resumed answers send.
         undelivered = await self.delivery.recover()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
-NAMES = ["schema_tokens", "restore_cost", "throughput", "http_throughput", "memory", "round_trips"]
+NAMES = ["schema_tokens", "restore_cost", "throughput", "http_throughput", "memory", "round_trips", "scale"]
 
 
 def test_every_benchmark_runs_in_smoke_mode_and_writes_its_figures(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -60,6 +61,8 @@ class Commands:
         self.store = store
         self.sessions = sessions
         self.lanes = lanes
+        # Where workers share the chats: stops a chat's run in the worker running it (sharing.py).
+        self.stop_elsewhere: Callable[[str], Awaitable[bool]] | None = None
         self.registry = registry
 
     async def handle(self, command: Command, key: str, *, surface: str, is_owner: bool) -> str:
@@ -79,15 +82,20 @@ class Commands:
 
     async def clear(self, key: str) -> str:
         # Cancel first: a run still in flight must not write its reply into the new session.
-        await self.lanes.cancel(key)
+        await self._cancel(key)
         session = await self.sessions.start_new(key)
         return (
             f"Started a new session ({session.id}). History and loaded tool groups start fresh; "
             "saved memories are kept."
         )
 
+    async def _cancel(self, key: str) -> bool:
+        if await self.lanes.cancel(key):
+            return True
+        return self.stop_elsewhere is not None and await self.stop_elsewhere(key)
+
     async def stop(self, key: str) -> str:
-        stopped = await self.lanes.cancel(key)
+        stopped = await self._cancel(key)
         # Messages that waited behind the stopped answer are dropped with it; marked so, the next
         # start does not take them for messages a restart left unanswered.
         session = await self.store.active_session(key)

@@ -16,7 +16,7 @@ from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
 from bridge.gateway.lanes import Lanes
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
-from bridge.store.pg_leases import LeasesLost, PgLeases
+from bridge.store.pg_leases import STOP_CHANNEL, LeasesLost, PgLeases
 from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
@@ -169,8 +169,19 @@ class WorkShare:
 
     async def _listen_loop(self) -> None:
         while True:
-            if await self.leases.notified():
-                self._wake.set()
+            for channel, payload in await self.leases.notified():
+                if channel == STOP_CHANNEL:
+                    if payload in self._serving and await self.lanes.cancel(payload):
+                        log.info("stopped the run in %s, as asked in another worker", payload)
+                else:
+                    self._wake.set()
+
+    async def stop_elsewhere(self, key: str) -> bool:
+        """/stop or /clear for a chat another worker runs: ask it to stop; True if one was running it."""
+        if key in self._serving or await self.leases.is_free(session_lease(key)):
+            return False
+        await self.leases.notify(STOP_CHANNEL, key)
+        return True
 
     async def _sweep(self) -> None:
         while True:

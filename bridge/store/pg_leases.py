@@ -19,6 +19,8 @@ T = TypeVar("T")
 
 # The channel the intake trigger notifies (pg_migrations, version 7).
 INTAKE_CHANNEL = "bridge_intake"
+# The channel a worker asks on for a chat's run to be stopped, wherever it runs (/stop, /clear).
+STOP_CHANNEL = "bridge_stop"
 # How long one wait for a notification lasts, so a stopping worker is never held up longer.
 LISTEN_WAIT_S = 1.0
 CONNECT_TIMEOUT_S = 5
@@ -124,18 +126,20 @@ class PgLeases:
 
         return await self.run(probe)
 
-    async def notified(self) -> bool:
-        """Wait up to LISTEN_WAIT_S for a message to be queued by any worker: True if one was."""
+    async def notified(self) -> list[tuple[str, str]]:
+        """Wait up to LISTEN_WAIT_S for news from any worker: (channel, payload) of a message queued
+        (INTAKE_CHANNEL) or a chat to stop (STOP_CHANNEL); empty if none came."""
         import psycopg
 
-        def wait() -> bool:
+        def wait() -> list[tuple[str, str]]:
             try:
                 if self._listener is None:
                     self._listener = psycopg.connect(
                         self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
                     )
-                    self._listener.execute(f"LISTEN {INTAKE_CHANNEL}".encode())
-                return any(True for _ in self._listener.notifies(timeout=LISTEN_WAIT_S, stop_after=1))
+                    self._listener.execute(f"LISTEN {INTAKE_CHANNEL}; LISTEN {STOP_CHANNEL}".encode())
+                found = self._listener.notifies(timeout=LISTEN_WAIT_S, stop_after=1)
+                return [(note.channel, note.payload) for note in found]
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 # A restarted server: connect again next time; the workers' polling covers the gap.
                 if self._listener is not None:
@@ -143,9 +147,12 @@ class PgLeases:
                         self._listener.close()
                 self._listener = None
                 time.sleep(LISTEN_WAIT_S)
-                return False
+                return []
 
         return await self._on(self._listen_thread, wait)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        await self.run(lambda conn: conn.execute("SELECT pg_notify(?, ?)", (channel, payload)))
 
     def _live(self) -> psycopg.Connection[Any]:
         if self._conn is None or self.lost:

@@ -94,9 +94,9 @@ async def workers(tmp_path: Path, config: Path, n: int) -> AsyncIterator[list[Wo
             await worker.end()
 
 
-def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str) -> Path:
+def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str, extra: str = "") -> Path:
     config = telegram_run_config(
-        tmp_path, 42, tg.token, tg.api_base, llm.base_url, extra='allowed_users = ["*"]\n'
+        tmp_path, 42, tg.token, tg.api_base, llm.base_url, extra='allowed_users = ["*"]\n' + extra
     )
     text = re.sub(r'\[storage\]\npath = "[^"]*"\n', f'[storage]\nurl = "{url}"\n', config.read_text())
     assert f'url = "{url}"' in text
