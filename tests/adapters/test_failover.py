@@ -84,10 +84,8 @@ async def workers(tmp_path: Path, config: Path, n: int) -> AsyncIterator[list[Wo
     try:
         for _ in range(n):
             started.append(Worker(await start_bridge(tmp_path, "run", "--config", str(config))))
-            if len(started) == 1:
-                await started[0].wait_until_said("running: telegram")
-            else:
-                await started[-1].wait_until_said("standing by")
+            # One at a time: the first one started is the one that polls (where it polls).
+            await started[-1].wait_until_said("running: telegram")
         yield started
     finally:
         for worker in started:
