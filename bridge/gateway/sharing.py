@@ -245,11 +245,13 @@ class WorkShare:
             await self._release(key)
 
     async def _release(self, key: str) -> None:
-        self._serving.discard(key)
         try:
             await self.leases.unlock(session_lease(key))
         except LeasesLost as exc:
             log.critical("%s", exc)
             self._on_lost()
+        finally:
+            # After the unlock: a claim meanwhile must not take the chat again while it is held.
+            self._serving.discard(key)
         # A message that came in just before the lease was let go was left to this worker: look again.
         self._wake.set()

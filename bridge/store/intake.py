@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable
 
 from bridge.store.base import OPEN_STATES, OutboxItem, OutboxRow, SessionRow
 from bridge.store.engine import Conn, Database, of_workers
-from bridge.store.pg_leases import lock_sql
+from bridge.store.pg_leases import INTAKE_CHANNEL, lock_sql
 from bridge.store.sessions import SESSION_COLS
 
 _OUTBOX_FIELDS = tuple(f.name for f in dataclasses.fields(OutboxItem))
@@ -55,13 +55,17 @@ def claim_sessions(conn: Conn, limit: int, skip: Collection[str], surfaces: Coll
         (CLAIM_WINDOW, *surfaces),
     ).fetchall()
     claimed: list[Claimed] = []
-    for row in rows:
+    for index, row in enumerate(rows):
         session = SessionRow(*row[:-2])
         if session.key in skip:
             continue
         if conn.execute(*lock_sql(session_lease(session.key))).fetchone()[0]:
             claimed.append(Claimed(session, row[-2], row[-1]))
             if len(claimed) == limit:
+                if index + 1 < len(rows):
+                    # Chats left over, locked by this claim until it commits: another worker that
+                    # skipped them meanwhile is told to look again (delivered at commit).
+                    conn.execute(f"SELECT pg_notify('{INTAKE_CHANNEL}', '')")
                 break
     return claimed
 

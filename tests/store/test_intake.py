@@ -1,0 +1,152 @@
+"""The shared intake queue and the takeover of a dead worker's rows, on both backends and across workers."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bridge.store.base import OutboxItem, SessionMeta
+from bridge.store.intake import claim_sessions, session_lease, worker_lease
+from bridge.store.pg_leases import PgLeases
+from bridge.store.postgres import PostgresStore
+from bridge.store.tables import DatabaseStore
+from tests.pg import PostgresServer
+
+
+async def queued(store: DatabaseStore) -> list[tuple[int, str]]:
+    rows = await store._rows("SELECT message_id, session_id FROM intake ORDER BY message_id")
+    return [(int(m), s) for m, s in rows]
+
+
+async def begin(store: DatabaseStore, session_id: str, run_id: str) -> None:
+    await store.begin_run(run_id, session_id, "telegram", memory_scope="", history_limit=50, memory_limit=0)
+
+
+async def test_a_chat_message_waits_in_intake_until_a_run_takes_it_up(store: DatabaseStore) -> None:
+    chat = await store.ensure_active_session("telegram:dm:1")
+    first = await store.add_user_message(chat.id, "one", platform_msg_id="telegram:1:1")
+    second = await store.add_user_message(chat.id, "two", platform_msg_id="telegram:1:2")
+    # A redelivery is stored once, and queued once.
+    assert await store.add_user_message(chat.id, "two", platform_msg_id="telegram:1:2") is None
+    # A message another session sent (sessions_send) is answered by its own machinery, not the queue.
+    await store.add_user_message(chat.id, "from main", via_session="main")
+    assert first is not None and second is not None
+    assert await queued(store) == [(first, chat.id), (second, chat.id)]
+    assert await store.next_waiting(chat.id) == (first, "telegram:1:1")
+    await begin(store, chat.id, "r1")  # answers the newest, so both
+    assert await queued(store) == []
+    assert await store.next_waiting(chat.id) is None
+
+
+async def test_clear_and_stop_take_a_chats_messages_off_the_queue(store: DatabaseStore) -> None:
+    chat = await store.ensure_active_session("telegram:dm:1")
+    await store.add_user_message(chat.id, "one")
+    await store.start_new_session("telegram:dm:1")
+    assert await queued(store) == []
+    fresh = await store.active_session("telegram:dm:1")
+    assert fresh is not None
+    await store.add_user_message(fresh.id, "two")
+    assert await store.skip_unanswered(fresh.id, "dropped by /stop")
+    assert await queued(store) == []
+
+
+async def test_a_dead_workers_runs_are_aborted_once_and_its_rows_taken_over_once(
+    store: DatabaseStore,
+) -> None:
+    chat = await store.ensure_active_session("telegram:dm:1")
+    live = await store.ensure_active_session("telegram:dm:2")
+    store.worker_id = "dead"
+    await store.add_user_message(chat.id, "one")
+    await begin(store, chat.id, "r-dead")
+    [row] = await store.add_outbox(OutboxItem("reply", "telegram", "1", "hi", "pending", worker_id="dead"))
+    store.worker_id = "alive"
+    await store.add_user_message(live.id, "two")
+    await begin(store, live.id, "r-alive")
+    await store.add_outbox(OutboxItem("reply", "telegram", "2", "yo", "pending", worker_id="alive"))
+
+    assert await store.others_with_work("me") == {"dead", "alive"}
+    aborted = await store.abort_interrupted_runs(workers=["dead"])
+    assert [run.id for run in aborted] == ["r-dead"]
+    assert await store.abort_interrupted_runs(workers=["dead"]) == []  # once
+    taken = await store.take_over_outbox(["dead", None], "me")
+    assert [(r.id, r.item.worker_id, r.item.text) for r in taken] == [(row, "me", "hi")]
+    assert await store.take_over_outbox(["dead", None], "other") == []  # once
+    assert await store.others_with_work("me") == {"alive"}
+    running = await store._rows("SELECT id FROM runs WHERE status = 'running'")
+    assert running == [("r-alive",)]
+
+
+# ---------------------------------------------------------------- several workers (PostgreSQL)
+
+
+@pytest.fixture
+async def leases(postgres: PostgresServer) -> AsyncIterator[tuple[PostgresStore, PgLeases, PgLeases]]:
+    """A store and the lease connections of two workers on one database."""
+    url = postgres.database()
+    store = PostgresStore(url, pool_size=4)
+    await store.open()
+    first = PgLeases(url, "test", application_name="bridge-first")
+    second = PgLeases(url, "test", application_name="bridge-second")
+    await asyncio.gather(first.open(), second.open())
+    try:
+        yield store, first, second
+    finally:
+        await asyncio.gather(first.close(), second.close())
+        await store.close()
+
+
+async def test_two_workers_claiming_at_once_never_claim_the_same_chat(
+    leases: tuple[PostgresStore, PgLeases, PgLeases],
+) -> None:
+    store, first, second = leases
+    chats = [
+        await store.ensure_active_session(f"telegram:dm:{n}", SessionMeta(surface="telegram"))
+        for n in range(40)
+    ]
+    for chat in chats:
+        await store.add_user_message(chat.id, "hello")
+    claim = functools.partial(claim_sessions, limit=30, skip=(), surfaces=["telegram"])
+    mine, theirs = await asyncio.gather(first.run(claim), second.run(claim))
+    if len(mine) < len(theirs):
+        (first, mine), (second, theirs) = (second, theirs), (first, mine)
+    keys_a, keys_b = {c.session.key for c in mine}, {c.session.key for c in theirs}
+    # The one that came second skipped the chats the first had locked; it finds what is left once
+    # the first has committed (as its claim loop does, woken by the first claim's notification).
+    keys_b |= {c.session.key for c in await second.run(functools.partial(claim, skip=keys_b))}
+    assert not keys_a & keys_b
+    assert len(keys_a | keys_b) == 40
+    # Oldest first, within each worker's share.
+    assert [c.message_id for c in mine] == sorted(c.message_id for c in mine)
+    # Held: a claim now finds nothing, until one lets a chat go.
+    assert await second.run(functools.partial(claim, skip=keys_b)) == []
+    assert await first.run(functools.partial(claim, skip=keys_a)) == []
+    let_go = next(iter(keys_a))
+    await first.unlock(session_lease(let_go))
+    assert [c.session.key for c in await second.run(functools.partial(claim, skip=keys_b))] == [let_go]
+
+
+async def test_a_claim_skips_chats_it_runs_already_and_surfaces_it_cannot_send_on(
+    leases: tuple[PostgresStore, PgLeases, PgLeases],
+) -> None:
+    store, first, _ = leases
+    tg = await store.ensure_active_session("telegram:dm:1", SessionMeta(surface="telegram"))
+    dc = await store.ensure_active_session("discord:dm:1", SessionMeta(surface="discord"))
+    for chat in (tg, dc):
+        await store.add_user_message(chat.id, "hello")
+    claimed = await first.run(functools.partial(claim_sessions, limit=5, skip=(), surfaces=["discord"]))
+    assert [c.session.key for c in claimed] == ["discord:dm:1"]
+    skipping = functools.partial(claim_sessions, limit=5, skip={"telegram:dm:1"}, surfaces=["telegram"])
+    assert await first.run(skipping) == []
+
+
+async def test_a_workers_own_lock_is_free_the_moment_its_connection_ends(
+    leases: tuple[PostgresStore, PgLeases, PgLeases],
+) -> None:
+    _, first, second = leases
+    await first.lock(worker_lease("first"))
+    assert not await second.is_free(worker_lease("first"))
+    await first.close()  # as a kill -9 ends it: the server drops the connection's locks
+    assert await second.is_free(worker_lease("first"))
