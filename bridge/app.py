@@ -215,6 +215,7 @@ class Bridge:
             await self.share.start()
             self.dispatcher.share = self.share
             self.commands.stop_elsewhere = self.share.stop_elsewhere
+            self.a2a.share = self.share
             return
         # Queued first, so in each chat they go before anything the resumed answers send.
         undelivered = await self.delivery.recover()

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.agent.runner import AgentRunner, RunResult
 from bridge.config import Settings
@@ -16,6 +16,9 @@ from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate
 from bridge.store.base import SessionRow, Store
 from bridge.tools.base import AGENT_CHANNEL
+
+if TYPE_CHECKING:
+    from bridge.gateway.sharing import WorkShare
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ class AgentToAgent:
         self.store = store
         self.runner = runner
         self.lanes = lanes
+        # Set where several workers share the database (bridge.gateway.sharing).
+        self.share: WorkShare | None = None
         self.delivery = delivery
         self.gate = gate
         self._tasks: set[asyncio.Task[None]] = set()
@@ -181,7 +186,11 @@ class AgentToAgent:
             await self.store.add_user_message(session.id, text, via_session=from_.key)
             outcome.append(await self.runner.run(session, channel=AGENT_CHANNEL, run_id=run_id))
 
-        await self.lanes.schedule(to.key, job, merge=False)
+        if self.share is not None:
+            # Workers share the chats: the turn runs where this worker holds `to`'s lease.
+            await self.share.when_leased(to.key, job)
+        else:
+            await self.lanes.schedule(to.key, job, merge=False)
         return outcome[0] if outcome else None
 
     async def idle(self) -> None:

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 # A worker claims waiting chats when told a message came in, and at least this often regardless (a
 # notification lost to a reconnect, a chat whose lease another worker has just let go).
 PULL_EVERY_S = 1.0
+# How often a turn that must wait for a chat's lease tries again.
+LEASE_WAIT_S = 0.1
 # How long an idle worker tries to open its lease connection again (a database restart) before it stops.
 RECONNECT_FOR_S = 10.0
 # How often a worker looks for runs and unsent rows of workers that died: they are taken over within it.
@@ -113,6 +115,14 @@ class WorkShare:
                 await self._release(key)
 
         return self.lanes.schedule(key, leased, merge=False)
+
+    async def when_leased(self, key: str, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `job` in the chat's lane under its lease, waiting for the lease while another run holds
+        the chat (an agent-to-agent turn into a chat that is busy, here or in another worker)."""
+        # Polled: the lease may be another process's, and a lock's release sends no event.
+        while (done := await self.run_leased(key, job)) is None:  # noqa: ASYNC110
+            await asyncio.sleep(LEASE_WAIT_S)
+        await done
 
     # ---------------------------------------------------------------- the loops
 

@@ -1,0 +1,69 @@
+"""A worker's share of the chats, in process: turns that must wait for a chat another worker holds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bridge.app import Bridge
+from bridge.store.intake import session_lease
+from bridge.store.pg_leases import PgLeases
+from tests.fakes.openai_server import FakeOpenAI
+from tests.harness import make_settings
+from tests.pg import PostgresServer
+
+
+@pytest.fixture
+async def worker(tmp_path: Path, postgres: PostgresServer) -> AsyncIterator[tuple[Bridge, PgLeases]]:
+    """A sharing worker (as `bridge run` starts it on PostgreSQL), and another worker's lease connection."""
+    url = postgres.database()
+    async with FakeOpenAI() as llm:
+        settings = make_settings(tmp_path, llm.base_url, storage={"url": url})
+        bridge = Bridge(settings, standby=asyncio.Event())
+        other = PgLeases(url, "test", application_name="bridge-other")
+        async with bridge:
+            assert bridge.shared and bridge.share is not None
+            await bridge.recover()  # starts claiming
+            await other.open()
+            try:
+                yield bridge, other
+            finally:
+                await other.close()
+
+
+async def test_a_turn_into_a_chat_another_worker_holds_waits_for_it_then_runs_under_the_lease(
+    worker: tuple[Bridge, PgLeases],
+) -> None:
+    bridge, other = worker
+    assert bridge.share is not None
+    key = "telegram:dm:7"
+    assert await other.lock(session_lease(key))
+    ran = asyncio.Event()
+
+    async def job() -> None:
+        # Under the lease now: the other worker cannot take the chat meanwhile.
+        assert not await other.is_free(session_lease(key))
+        ran.set()
+
+    turn = asyncio.create_task(bridge.share.when_leased(key, job))
+    # Not while the other holds it (a short wait for something that must not happen).
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(ran.wait()), 0.5)
+    await other.unlock(session_lease(key))
+    await asyncio.wait_for(turn, 10)
+    assert ran.is_set()
+    # And let go after it.
+    assert await other.is_free(session_lease(key))
+
+
+async def test_stop_elsewhere_asks_only_when_another_worker_holds_the_chat(
+    worker: tuple[Bridge, PgLeases],
+) -> None:
+    bridge, other = worker
+    assert bridge.share is not None
+    assert not await bridge.share.stop_elsewhere("telegram:dm:8")  # nobody runs it
+    assert await other.lock(session_lease("telegram:dm:8"))
+    assert await bridge.share.stop_elsewhere("telegram:dm:8")
