@@ -33,6 +33,8 @@ Optional, looked up with getattr (leave them out rather than set them to None):
   polling, a Discord gateway), and the others call this to answer the chats they claim; `start`
   may follow it later, when the worker takes the connection over. Without it, an adapter's chats are
   answered only by the worker that listens.
+- `shared_intake: bool`: set to True by the core before `start` where several workers listen at once
+  (a webhook, where every worker takes requests): listen so that they can share an address and port.
 
 Lifecycle, in this order, enforced by the core (`bridge.gateway.lifecycle.GuardedAdapter` wraps every
 adapter it loads, and raises `AdapterLifecycleError` on misuse):

@@ -108,6 +108,8 @@ class TelegramAdapter:
     text_limit = TEXT_LIMIT
     # Telegram allows about one message or edit a second per chat; activity edits are coalesced to that.
     min_edit_interval_s = 1.0
+    # Set by the core where several workers listen at once (sharing a database): they share the port.
+    shared_intake = False
 
     def __init__(
         self, settings: TelegramSettings, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -186,7 +188,9 @@ class TelegramAdapter:
         assert cfg.webhook_url is not None
         secret = cfg.webhook_secret.get_secret_value() or secrets.token_urlsafe(32)
         path = urlparse(cfg.webhook_url).path or "/"
-        server = WebhookServer(intake, listen=cfg.listen, port=cfg.port, path=path, secret=secret)
+        server = WebhookServer(
+            intake, listen=cfg.listen, port=cfg.port, path=path, secret=secret, reuse_port=self.shared_intake
+        )
         try:
             await server.start()
         except OSError as exc:

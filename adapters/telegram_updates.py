@@ -259,8 +259,11 @@ class Poller:
 class WebhookServer:
     """Telegram's webhook POSTs: 200 once the core stored the update, 500 to have Telegram send it again."""
 
-    def __init__(self, intake: Intake, *, listen: str, port: int, path: str, secret: str) -> None:
+    def __init__(
+        self, intake: Intake, *, listen: str, port: int, path: str, secret: str, reuse_port: bool = False
+    ) -> None:
         self._intake = intake
+        self._reuse_port = reuse_port
         self._listen = listen
         self._port = port
         self._path = path
@@ -278,7 +281,7 @@ class WebhookServer:
         await runner.setup()
         try:
             # reuse_port: workers sharing a database all take webhook requests, on one host too.
-            await web.TCPSite(runner, self._listen, self._port, reuse_port=True).start()
+            await web.TCPSite(runner, self._listen, self._port, reuse_port=self._reuse_port or None).start()
         except BaseException:
             await runner.cleanup()
             raise

@@ -121,15 +121,15 @@ class Dispatcher:
             return await self._notice(inbound.route, key, answer)
         if not inbound.text.strip():
             return None
-        if self.lanes.queued(key) >= self.runs.max_queued:
-            # Refused before it is stored, and said so: nothing is dropped silently.
-            return await self._notice(
-                inbound.route,
-                key,
-                f"⚠️ {self.runs.max_queued} messages are already waiting for an answer here, so I did not "
-                "take this one. Please send it again once I have caught up.",
-            )
+        if self.share is None and self.lanes.queued(key) >= self.runs.max_queued:
+            return await self._too_many(inbound.route, key)
         session = await self.sessions.active(inbound)
+        if (
+            self.share is not None
+            and await self.sessions.store.count_waiting(session.id) >= self.runs.max_queued
+        ):
+            # Sharing: the chat's queue is its intake rows, whichever worker runs it.
+            return await self._too_many(inbound.route, key)
         # Stored before any work begins: whatever happens next, the user's words are kept. In a
         # denied session too: shadow mode reads and answers, it only does not speak.
         stored = await self.sessions.store.add_user_message(
@@ -226,6 +226,15 @@ class Dispatcher:
             self.lanes.schedule(key, functools.partial(self.run_turn, key, route, route.surface))
             resumed += 1
         return resumed
+
+    async def _too_many(self, route: Route, key: str) -> Done:
+        # Refused before it is stored, and said so: nothing is dropped silently.
+        return await self._notice(
+            route,
+            key,
+            f"⚠️ {self.runs.max_queued} messages are already waiting for an answer here, so I did not "
+            "take this one. Please send it again once I have caught up.",
+        )
 
     async def _notice(self, route: Route, key: str, text: str) -> Done:
         return await self._answer(Outbound(route, "notice", text, session_key=key))

@@ -47,6 +47,11 @@ class GuardedAdapter:
             raise
         self.state = "sending"
 
+    def share_intake(self) -> None:
+        """Tell the adapter that other workers listen beside it (the optional `shared_intake`)."""
+        if hasattr(self.adapter, "shared_intake"):
+            self.adapter.shared_intake = True
+
     def can_start_sending(self) -> bool:
         return callable(getattr(self.adapter, "start_sending", None))
 

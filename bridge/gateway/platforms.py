@@ -53,6 +53,7 @@ async def start_shared(
     listening: list[str] = []
     for adapter, name in zip(adapters, names, strict=True):
         if not exclusive(name, settings):
+            adapter.share_intake()
             bridge.add_sender(adapter)
             await adapter.start(bridge.handle)
             started.append(adapter)

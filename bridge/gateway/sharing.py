@@ -215,7 +215,7 @@ class WorkShare:
             return
         aborted = await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices, workers=dead)
         # The notices just written belong to no worker yet, like the dead workers' own rows.
-        rows = await self.store.take_over_outbox([*dead, None], self.worker_id)
+        rows = await self.store.take_over_outbox([*dead, None], self.worker_id, self.delivery.surfaces())
         if aborted or rows:
             log.warning(
                 "took over from a stopped worker: %d run(s) aborted and their chats told, %d message(s) "

@@ -317,8 +317,13 @@ class Store(Protocol):
     async def abort_interrupted_runs(
         self, notices: InterruptedNotices | None = None, *, workers: Collection[str | None] | None = None
     ) -> list[RunRow]: ...
+
     async def unanswered(self) -> list[Unanswered]:
         """Active sessions with a message from a person that no run took up (queued at a stop or crash)."""
+        ...
+
+    async def count_waiting(self, session_id: str) -> int:
+        """How many of the session's messages wait in the intake queue (no run took them up yet)."""
         ...
 
     async def skip_unanswered(self, session_id: str, reason: str) -> bool:

@@ -82,6 +82,10 @@ class IntakeTable(Database):
         )
         return (int(rows[0][0]), rows[0][1]) if rows else None
 
+    async def count_waiting(self, session_id: str) -> int:
+        """How many of the session's messages no run has taken up yet."""
+        return int(await self._scalar("SELECT COUNT(*) FROM intake WHERE session_id = ?", (session_id,)))
+
     async def drop_waiting(self, session_id: str, upto: int) -> None:
         """Take messages off the queue that a run failed on: the chat was told, and /retry redoes it."""
         await self._write(
@@ -101,19 +105,26 @@ class IntakeTable(Database):
         )
         return {row[0] for row in rows}
 
-    async def take_over_outbox(self, workers: Iterable[str | None], me: str) -> list[OutboxRow]:
-        """Make the unsent outbox rows of the given (dead) workers this worker's, oldest first.
+    async def take_over_outbox(
+        self, workers: Iterable[str | None], me: str, surfaces: Collection[str]
+    ) -> list[OutboxRow]:
+        """Make the unsent outbox rows of the given (dead) workers this worker's, oldest first, on the
+        surfaces it can send on.
 
         One UPDATE: two workers taking over at once each get the rows the other did not (the second
         one's WHERE is checked again once the first commits), so every row is sent by one worker.
         """
+        if not surfaces:
+            return []
         where, params = of_workers("worker_id", workers)
         states = ", ".join(f"'{state}'" for state in OPEN_STATES)
+        marks = ", ".join("?" * len(surfaces))
         rows = await self._write(
             lambda conn: conn.execute(
                 f"UPDATE outbox SET worker_id = ? WHERE state IN ({states}) AND {where} "
+                f"AND surface IN ({marks}) "
                 f"RETURNING id, platform_msg_id, created_at, {', '.join(_OUTBOX_FIELDS)}",
-                (me, *params),
+                (me, *params, *surfaces),
             ).fetchall()
         )
         found = [

@@ -376,3 +376,30 @@ async def test_a_message_the_store_cannot_take_yet_is_offered_again_and_answered
     first, second = r.waits  # the usual back-off: 0.5 s, then 1 s, each less up to a quarter of jitter
     assert 0.375 <= first <= 0.5 and 0.75 <= second <= 1.0
     assert len(fake_llm.requests) == 1
+
+
+async def test_connected_for_sending_only_it_sends_edits_and_types_without_a_gateway_session(
+    tmp_path: Path, dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    """A worker that answers chats while another one holds the gateway: REST only, then the gateway
+    once it takes the connection over."""
+    settings = discord_settings(tmp_path, dc, fake_llm)
+    adapter = DiscordAdapter(settings.discord)
+    channel = dc.dm_channel(OWNER)
+    await adapter.start_sending()
+    try:
+        route = Route("discord", str(channel["id"]))
+        sent = await adapter.send(Outbound(route, "reply", "from a worker that does not listen"))
+        assert sent is not None
+        await adapter.edit(route, sent, "edited without a gateway")
+        await adapter.typing(route)
+        assert dc.identify_count == 0
+        assert [m["content"] for m in dc.created] == ["edited without a gateway"]
+
+        async def ignore(_: object) -> None:
+            return None
+
+        await adapter.start(ignore)  # type: ignore[arg-type]
+        assert dc.identify_count == 1
+    finally:
+        await adapter.stop()

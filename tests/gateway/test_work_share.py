@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from bridge.app import Bridge
+from bridge.events import Inbound
 from bridge.store.intake import session_lease
 from bridge.store.pg_leases import PgLeases
 from tests.fakes.openai_server import FakeOpenAI
-from tests.harness import make_settings
+from tests.harness import OWNER, RecordingSender, make_settings
 from tests.pg import PostgresServer
 
 
@@ -21,11 +22,12 @@ async def worker(tmp_path: Path, postgres: PostgresServer) -> AsyncIterator[tupl
     """A sharing worker (as `bridge run` starts it on PostgreSQL), and another worker's lease connection."""
     url = postgres.database()
     async with FakeOpenAI() as llm:
-        settings = make_settings(tmp_path, llm.base_url, storage={"url": url})
+        settings = make_settings(tmp_path, llm.base_url, storage={"url": url}, runs={"max_queued": 3})
         bridge = Bridge(settings, standby=asyncio.Event())
         other = PgLeases(url, "test", application_name="bridge-other")
         async with bridge:
             assert bridge.shared and bridge.share is not None
+            bridge.add_sender(RecordingSender())
             await bridge.recover()  # starts claiming
             await other.open()
             try:
@@ -67,3 +69,27 @@ async def test_stop_elsewhere_asks_only_when_another_worker_holds_the_chat(
     assert not await bridge.share.stop_elsewhere("telegram:dm:8")  # nobody runs it
     assert await other.lock(session_lease("telegram:dm:8"))
     assert await bridge.share.stop_elsewhere("telegram:dm:8")
+
+
+async def test_past_max_queued_a_chat_another_worker_is_busy_with_refuses_the_next_message(
+    worker: tuple[Bridge, PgLeases],
+) -> None:
+    bridge, other = worker
+
+    def message(n: int) -> Inbound:
+        return Inbound(
+            surface="test", chat_type="dm", chat_id=OWNER, sender_id=OWNER, text=f"m{n}", message_id=str(n)
+        )
+
+    key = bridge.sessions.key_for(message(0))
+    # The chat is another worker's (it runs a turn there), so what comes in here waits in intake.
+    assert await other.lock(session_lease(key))
+    for n in range(4):
+        done = await bridge.handle(message(n))
+    assert done is not None  # the refusal's notice, sent here
+    await asyncio.wait_for(done, 10)
+    session = await bridge.store.active_session(key)
+    assert session is not None and await bridge.store.count_waiting(session.id) == 3
+    sender = bridge.delivery.sender("test")
+    assert isinstance(sender, RecordingSender)
+    assert len(sender.sent) == 1 and sender.sent[0].text.startswith("⚠️ 3 messages are already waiting")

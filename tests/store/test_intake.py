@@ -71,9 +71,10 @@ async def test_a_dead_workers_runs_are_aborted_once_and_its_rows_taken_over_once
     aborted = await store.abort_interrupted_runs(workers=["dead"])
     assert [run.id for run in aborted] == ["r-dead"]
     assert await store.abort_interrupted_runs(workers=["dead"]) == []  # once
-    taken = await store.take_over_outbox(["dead", None], "me")
+    assert await store.take_over_outbox(["dead", None], "me", ["discord"]) == []  # not its surface
+    taken = await store.take_over_outbox(["dead", None], "me", ["telegram"])
     assert [(r.id, r.item.worker_id, r.item.text) for r in taken] == [(row, "me", "hi")]
-    assert await store.take_over_outbox(["dead", None], "other") == []  # once
+    assert await store.take_over_outbox(["dead", None], "other", ["telegram"]) == []  # once
     assert await store.others_with_work("me") == {"alive"}
     running = await store._rows("SELECT id FROM runs WHERE status = 'running'")
     assert running == [("r-alive",)]
