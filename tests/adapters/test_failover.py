@@ -187,12 +187,14 @@ async def test_kill_9_of_the_polling_worker_then_of_its_successor_mid_run_loses_
         running = next(w for w in ws[1:] if w.process.pid == pid)
         survivor = next(w for w in ws[1:] if w is not running)
         await kill9(running.process)
+        killed_at = asyncio.get_running_loop().time()
         await tg.wait_for(
             lambda: any(
                 "interrupted" in m["text"] and "hang" in m["text"] for m in tg.messages_in(FIRST_USER)
             ),
             timeout=30,
         )
+        told_s = asyncio.get_running_loop().time() - killed_at
         await survivor.wait_until_said("took over from a stopped worker")
         for user in users:
             tg.dm(user, "third")
@@ -204,7 +206,7 @@ async def test_kill_9_of_the_polling_worker_then_of_its_successor_mid_run_loses_
         survivor.process.terminate()
         assert await asyncio.wait_for(survivor.process.wait(), 15) == 0
 
-    print(f"takeover after kill -9: {takeover_s:.2f} s")
+    print(f"takeover after kill -9: {takeover_s:.2f} s; interrupted chat told {told_s:.2f} s after a kill")
     assert takeover_s <= TAKEOVER_S, takeover_s
     assert tg.conflicts == 0  # never two processes polling at once
     for user in users:
