@@ -91,7 +91,14 @@ async def _take_over(
     """Stand by for a connection another worker listens on, and listen once it has ended."""
     if not await bridge.store.claim_worker(standby=stop, name=lock, what=what):
         return
-    await _listen(bridge, adapter, lock, started)
+    try:
+        await _listen(bridge, adapter, lock, started)
+    except Exception:
+        # Holding the connection's lock without listening would leave the platform unread: stop, so
+        # that another worker (or this one, restarted) takes it over.
+        log.exception("could not take over %s; stopping", what)
+        bridge.on_claim_lost()
+        return
     holds = bridge.presence.holds
     await bridge.presence.update("active", f"{holds}, {holding(name, bridge.settings)}")
 
