@@ -81,6 +81,10 @@ class Courier:
         ]:
             await asyncio.gather(*workers, return_exceptions=True)
 
+    def busy(self) -> bool:
+        """Whether any chat has something queued or on its way."""
+        return any(chat.worker is not None and not chat.worker.done() for chat in self._chats.values())
+
     async def close(self) -> None:
         """Stop sending. A chunk in flight stays `sending` (uncertain); queued ones stay `pending`."""
         chats, self._chats = list(self._chats.values()), {}

@@ -132,9 +132,10 @@ class WorkShare:
                 await loop()
                 return
             except LeasesLost as exc:
-                # Idle, this worker only needs a new connection; with chats in hand, it cannot show
-                # they are still its alone, and stops (their runs are taken over as if it was killed).
-                if self._serving or not await self._reconnect():
+                # Idle, this worker only needs a new connection. With chats in hand, or messages on
+                # their way, it cannot show they are still its alone (another worker may have found
+                # its lock free meanwhile and taken them over): it stops, as if killed.
+                if self._serving or self.delivery.courier.busy() or not await self._reconnect():
                     log.critical("%s; the chats this worker runs may no longer be its alone", exc)
                     self._on_lost()
                     return
