@@ -38,6 +38,8 @@ class Engine(Protocol):
 
     # Names the database in errors and in `bridge status` ("database data/bridge.db", "postgresql://h/db").
     label: str
+    # Whether a row's id is never seen before a smaller one: commits in id order (see store/window.py).
+    ids_in_commit_order: bool
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

@@ -9,6 +9,7 @@ from typing import Any
 from bridge.store.base import MessageRow, ToolExchange
 from bridge.store.engine import Conn, T, Work, inserted_id
 from bridge.store.sessions import SessionTable
+from bridge.store.window import group_loaded
 from bridge.text import scrub
 
 _MESSAGE_COLS = (
@@ -158,6 +159,17 @@ def _written(message_id: int | None) -> int:
     return message_id
 
 
+def select_since(conn: Conn, session_id: str, since: int) -> list[MessageRow]:
+    """Every row of the session after message `since`, oldest first (a kept window's top-up)."""
+    columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
+    rows = conn.execute(
+        f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
+        "WHERE m.session_id = ? AND m.id > ? ORDER BY m.id",
+        (session_id, since),
+    ).fetchall()
+    return [MessageRow(*row) for row in rows]
+
+
 def select_history(
     conn: Conn, session_id: str, limit: int, chat_only: bool, *, after: int = 0
 ) -> list[MessageRow]:
@@ -192,16 +204,8 @@ def select_loaded_groups(conn: Conn, session_id: str) -> set[str]:
     """One query on the partial index of successful loads; the JSON is read here rather than in SQL,
     so both backends share the query (and a malformed input is skipped the same way on each)."""
     rows = conn.execute(LOADED_GROUPS_SQL, (session_id,)).fetchall()
-    groups = set()
-    for (raw,) in rows:
-        try:
-            name = json.loads(raw).get("group_name") if raw else None
-        except (ValueError, AttributeError):
-            continue
-        # Objects, arrays, numbers and empty names are not groups.
-        if isinstance(name, str) and name:
-            groups.add(name)
-    return groups
+    loaded = (group_loaded("tool_call", "load_tool_group", "success", raw) for (raw,) in rows)
+    return {name for name in loaded if name}
 
 
 def select_memories(conn: Conn, scope: str, limit: int) -> list[str]:

@@ -66,6 +66,8 @@ class PostgresEngine:
     def __init__(self, url: str, *, pool_size: int = 10) -> None:
         self.url = url
         self.label = f"database {mask_url(url)}"
+        # Transactions that run side by side may commit a larger identity before a smaller one.
+        self.ids_in_commit_order = False
         self.pool_size = pool_size
         self._pool: ConnectionPool | None = None
         self._threads: ThreadPoolExecutor | None = None

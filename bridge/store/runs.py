@@ -18,16 +18,19 @@ from bridge.store.base import (
     SummaryRow,
     Unanswered,
 )
-from bridge.store.engine import Conn, of_workers
+from bridge.store.cache import ActiveSessions
+from bridge.store.engine import Conn, Engine, of_workers
 from bridge.store.messages import (
     MessageTable,
     insert_message,
     select_history,
     select_loaded_groups,
     select_memories,
+    select_since,
 )
 from bridge.store.outbox import insert_outbox
 from bridge.store.sessions import SESSION_COLS, new_id
+from bridge.store.window import Window, Windows, topped_up
 from bridge.text import scrub
 
 _RUN_COLS = (
@@ -39,6 +42,12 @@ _SUMMARY_COLS = "id, session_id, run_id, upto, content, turns, replaced_chars, c
 
 class RunTable(MessageTable):
     """Runs (a turn's, or a compaction's) and the summaries compaction writes."""
+
+    def __init__(self, engine: Engine, *, sessions: ActiveSessions | None = None) -> None:
+        super().__init__(engine, sessions=sessions)
+        # The history windows of recent sessions, topped up each turn rather than read again; only
+        # where ids commit in order (window.py says why).
+        self._windows = Windows() if engine.ids_in_commit_order else None
 
     async def begin_run(
         self,
@@ -88,11 +97,17 @@ class RunTable(MessageTable):
     async def run_context(
         self, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
     ) -> RunContext:
-        """Everything a run starts from in one trip to the database thread."""
-        return await self._read(
-            lambda conn: _read_context(conn, session_id, memory_scope, history_limit, memory_limit),
+        """Everything a run starts from in one trip to the database thread: the history window is the
+        one the session's last run read, topped up with the rows written since, where it is kept."""
+        windows = self._windows
+        kept = windows.get(session_id) if windows is not None else None
+        context, window = await self._read(
+            lambda conn: _read_context(conn, session_id, memory_scope, history_limit, memory_limit, kept),
             snapshot=True,
         )
+        if windows is not None:
+            windows.put(session_id, window)
+        return context
 
     # ---------------------------------------------------------------- compaction
 
@@ -319,16 +334,36 @@ class RunTable(MessageTable):
 
 
 def _read_context(
-    conn: Conn, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
-) -> RunContext:
+    conn: Conn,
+    session_id: str,
+    memory_scope: str,
+    history_limit: int,
+    memory_limit: int,
+    kept: Window | None = None,
+) -> tuple[RunContext, Window]:
     summary = _latest_summary(conn, session_id)
-    return RunContext(
-        select_history(conn, session_id, history_limit, False, after=summary.upto if summary else 0),
-        select_loaded_groups(conn, session_id),
+    after = summary.upto if summary else 0
+    summary_id = summary.id if summary else None
+    if kept is not None and kept.summary_id == summary_id and kept.limit == history_limit:
+        window = topped_up(kept, select_since(conn, session_id, kept.last_id), after)
+    else:
+        # A first read, or one after a compaction: the whole window, and how far the session goes.
+        newest = conn.execute("SELECT MAX(id) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+        window = Window(
+            tuple(select_history(conn, session_id, history_limit, False, after=after)),
+            int(newest[0] or 0),
+            frozenset(select_loaded_groups(conn, session_id)),
+            summary_id,
+            history_limit,
+        )
+    context = RunContext(
+        list(window.rows),
+        set(window.loaded_groups),
         select_memories(conn, memory_scope, memory_limit) if memory_limit else [],
         _answered_upto(conn, session_id),
         summary,
     )
+    return context, window
 
 
 def _scrubbed(*texts: str | None) -> list[str | None]:

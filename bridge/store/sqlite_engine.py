@@ -57,6 +57,8 @@ class SQLiteEngine:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.label = f"database {self.path}"
+        # One writer at a time (the file's lock): ids are handed out, and committed, in order.
+        self.ids_in_commit_order = True
         self._writer: _DatabaseThread | None = None
         self._reader: _DatabaseThread | None = None
 

@@ -280,3 +280,29 @@ async def test_a_database_restart_never_leaves_two_workers_answering(
             # Idle at the restart, a worker reconnects its leases and stays.
             assert second.process.returncode is None, second.lines
     assert tg.conflicts == 0  # never two pollers
+
+
+async def test_a_database_restart_during_a_run_stops_its_worker_and_the_other_tells_the_chat(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    model = Model()
+    with postgres_server() as server:
+        url = server.database()
+        async with FakeOpenAI(model) as llm, workers(tmp_path, config_for(tmp_path, tg, llm, url), 2) as ws:
+            tg.dm(FIRST_USER, "hang")
+            await asyncio.wait_for(model.hanging.wait(), 30)
+            ((pid,),) = rows(
+                url,
+                "SELECT w.pid FROM runs r JOIN workers w ON w.id = r.worker_id WHERE r.status = 'running'",
+            )
+            running = next(w for w in ws if w.process.pid == pid)
+            other = next(w for w in ws if w is not running)
+            # The lease connection dies with the server: the worker running the chat can no longer
+            # show the chat is its alone, so it stops; the other aborts its run and tells the chat.
+            await asyncio.to_thread(server.restart)
+            assert await asyncio.wait_for(running.process.wait(), 15) == 1
+            await tg.wait_for(lambda: told_interrupted(tg, FIRST_USER, "hang"), timeout=30)
+            tg.dm(FIRST_USER, "after")
+            await tg.wait_for(lambda: answered(tg, FIRST_USER, "after"), timeout=30)
+            assert other.process.returncode is None, other.lines
+    assert tg.conflicts == 0

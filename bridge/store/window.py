@@ -1,0 +1,83 @@
+"""Sessions' history windows kept between turns: the next turn reads only the rows written since."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from bridge.store.base import MessageRow
+
+# Windows of this many recently active sessions are kept (each at most [agent] history_limit rows):
+# enough for the sessions a busy bot answers at once, small next to the memory budget.
+DEFAULT_SESSIONS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A session's history window as its last run read it, and how far that read went."""
+
+    rows: tuple[MessageRow, ...]
+    # The newest message of the session read so far (in or out of the window).
+    last_id: int
+    loaded_groups: frozenset[str]
+    summary_id: int | None
+    limit: int
+
+
+class Windows:
+    """Windows by session id, least recently used dropped first.
+
+    Correct only where message ids grow in commit order, so that "every row with an id above
+    last_id" is exactly what was written since: SQLite, whose writes are serialized. On PostgreSQL
+    two transactions may commit their ids out of order, so its store does not keep windows.
+    Messages are never changed or deleted, only added, and a new summary (compaction) or another
+    limit makes the next read a whole one.
+    """
+
+    def __init__(self, size: int = DEFAULT_SESSIONS) -> None:
+        self.size = size
+        self._by_session: OrderedDict[str, Window] = OrderedDict()
+
+    def get(self, session_id: str) -> Window | None:
+        window = self._by_session.get(session_id)
+        if window is not None:
+            self._by_session.move_to_end(session_id)
+        return window
+
+    def put(self, session_id: str, window: Window) -> None:
+        self._by_session[session_id] = window
+        self._by_session.move_to_end(session_id)
+        while len(self._by_session) > self.size:
+            self._by_session.popitem(last=False)
+
+
+def in_turns_after(row: MessageRow, after: int) -> bool:
+    """Whether the row belongs to a turn after user message `after` (the SQL of select_history)."""
+    turn = row.anchor if row.kind != "user" and row.anchor is not None else row.id
+    return row.id > after and turn > after
+
+
+def group_loaded(
+    kind: str, tool_name: str | None, tool_status: str | None, tool_input: str | None
+) -> str | None:
+    """The group a successful load_tool_group call loaded, or None (any other row, a malformed input)."""
+    if kind != "tool_call" or tool_name != "load_tool_group" or tool_status != "success" or not tool_input:
+        return None
+    try:
+        name = json.loads(tool_input).get("group_name")
+    except (ValueError, AttributeError):
+        return None
+    # Objects, arrays, numbers and empty names are not groups.
+    return name if isinstance(name, str) and name else None
+
+
+def topped_up(window: Window, new: list[MessageRow], after: int) -> Window:
+    """The window with the rows written since added, the oldest dropped past its limit."""
+    if not new:
+        return window
+    rows = [row for row in (*window.rows, *new) if in_turns_after(row, after)][-window.limit :]
+    groups = {
+        g for row in new if (g := group_loaded(row.kind, row.tool_name, row.tool_status, row.tool_input))
+    }
+    return Window(tuple(rows), new[-1].id, window.loaded_groups | groups, window.summary_id, window.limit)
