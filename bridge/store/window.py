@@ -10,7 +10,7 @@ from bridge.store.base import MessageRow
 
 # Windows of this many recently active sessions are kept (each at most [agent] history_limit rows):
 # enough for the sessions a busy bot answers at once, small next to the memory budget.
-DEFAULT_SESSIONS = 256
+DEFAULT_SESSIONS = 1024
 
 
 @dataclass(frozen=True, slots=True)
