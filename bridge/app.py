@@ -190,6 +190,11 @@ class Bridge:
             followup=self.settings.runs.queue_mode == "followup",
             on_lost=self.on_claim_lost,
         )
+        # Wired before any adapter listens: a message stored here from the first one on is queued for
+        # all workers, never run in this worker's lanes without the chat's lease.
+        self.dispatcher.share = self.share
+        self.commands.stop_elsewhere = self.share.stop_elsewhere
+        self.a2a.share = self.share
         if self._on_claim_lost is not None:
             self._watching = asyncio.create_task(
                 self.store.watch_claim(self._on_claim_lost, shared=True), name="watch-claim"
@@ -213,9 +218,6 @@ class Bridge:
         if self.share is not None:
             # Sharing: the share's sweep and claims do both, for this worker's share of the work.
             await self.share.start()
-            self.dispatcher.share = self.share
-            self.commands.stop_elsewhere = self.share.stop_elsewhere
-            self.a2a.share = self.share
             return
         # Queued first, so in each chat they go before anything the resumed answers send.
         undelivered = await self.delivery.recover()
@@ -230,9 +232,6 @@ class Bridge:
         what the courier could not send by then stays in the outbox for the next start.
         """
         self.dispatcher.closing = True
-        if self.share is not None:
-            # Taking no new chats; the leases go with the connection when the share stops.
-            self.dispatcher.share = None
         grace = self.settings.runs.shutdown_grace_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace

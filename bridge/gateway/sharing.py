@@ -76,7 +76,6 @@ class WorkShare:
         self._wake = asyncio.Event()
         self._reconnecting = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
-        self.runs_taken = 0
 
     async def start(self) -> None:
         """Begin claiming and taking over; the leases are open already, with this worker's own."""
@@ -234,7 +233,6 @@ class WorkShare:
         """Answer the chat's waiting messages, oldest first, then let its lease go."""
         key, session = claimed.session.key, claimed.session
         waiting: tuple[int, str | None] | None = (claimed.message_id, claimed.platform_msg_id)
-        self.runs_taken += 1
         try:
             while waiting is not None and not self.dispatcher.closing:
                 route = Route.from_json(session.last_route)
