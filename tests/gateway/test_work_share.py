@@ -93,3 +93,21 @@ async def test_past_max_queued_a_chat_another_worker_is_busy_with_refuses_the_ne
     sender = bridge.delivery.sender("test")
     assert isinstance(sender, RecordingSender)
     assert len(sender.sent) == 1 and sender.sent[0].text.startswith("⚠️ 3 messages are already waiting")
+
+
+async def test_a_message_stored_before_the_share_starts_claiming_waits_in_intake_not_in_a_lane(
+    tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """Adapters listen before recover() starts the claim loop: what they store meanwhile is queued for
+    every worker, never run here without the chat's lease."""
+    async with FakeOpenAI() as llm:
+        settings = make_settings(tmp_path, llm.base_url, storage={"url": postgres.database()})
+        async with Bridge(settings, standby=asyncio.Event()) as bridge:
+            bridge.add_sender(RecordingSender())
+            inbound = Inbound(
+                surface="test", chat_type="dm", chat_id=OWNER, sender_id=OWNER, text="hi", message_id="1"
+            )
+            assert await bridge.handle(inbound) is None
+            assert not bridge.lanes.busy(bridge.sessions.key_for(inbound))
+            session = await bridge.store.active_session(bridge.sessions.key_for(inbound))
+            assert session is not None and await bridge.store.count_waiting(session.id) == 1
