@@ -10,6 +10,7 @@ import pytest
 
 from bridge.app import Bridge
 from bridge.events import Inbound
+from bridge.store.base import OutboxItem
 from bridge.store.intake import session_lease
 from bridge.store.pg_leases import PgLeases
 from tests.fakes.openai_server import FakeOpenAI
@@ -111,3 +112,39 @@ async def test_a_message_stored_before_the_share_starts_claiming_waits_in_intake
             assert not bridge.lanes.busy(bridge.sessions.key_for(inbound))
             session = await bridge.store.active_session(bridge.sessions.key_for(inbound))
             assert session is not None and await bridge.store.count_waiting(session.id) == 1
+
+
+async def test_a_dead_workers_unsent_reply_and_cut_short_run_are_taken_over_and_the_chat_told(
+    worker: tuple[Bridge, PgLeases],
+) -> None:
+    bridge, _ = worker
+    sender = bridge.delivery.sender("test")
+    assert isinstance(sender, RecordingSender)
+    # What a worker killed mid-turn leaves: a run still `running`, and a reply written but not sent.
+    inbound = Inbound(
+        surface="test", chat_type="dm", chat_id=OWNER, sender_id=OWNER, text="hi", message_id="1"
+    )
+    key = bridge.sessions.key_for(inbound)
+    session = await bridge.sessions.active(inbound)
+    bridge.store.worker_id = "killed"
+    await bridge.store.add_user_message(session.id, "question")
+    await bridge.store.begin_run(
+        "r-killed", session.id, "test", memory_scope="", history_limit=10, memory_limit=0
+    )
+    bridge.store.worker_id = bridge.presence.id
+    await bridge.store.add_outbox(
+        OutboxItem(
+            "reply", "test", OWNER, "an earlier answer", "pending", session_key=key, worker_id="killed"
+        )
+    )
+
+    async def told() -> None:
+        while not any("interrupted" in item.text for item in sender.sent):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    # The sweep runs every second: polled with a deadline, the database has no event for a test.
+    await asyncio.wait_for(told(), 10)
+    assert sender.sent[0].text == "an earlier answer"
+    run = await bridge.store.get_run("r-killed")
+    assert run is not None and run.status == "aborted"
+    assert await bridge.store.outbox(state=("pending", "sending")) == []
