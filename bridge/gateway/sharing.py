@@ -16,7 +16,7 @@ from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
 from bridge.gateway.lanes import Lanes
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
-from bridge.store.pg_leases import STOP_CHANNEL, LeasesLost, PgLeases
+from bridge.store.pg_leases import SESSION_CHANNEL, STOP_CHANNEL, LeasesLost, PgLeases
 from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,9 @@ class WorkShare:
                 if channel == STOP_CHANNEL:
                     if payload in self._serving and await self.lanes.cancel(payload):
                         log.info("stopped the run in %s, as asked in another worker", payload)
+                elif channel == SESSION_CHANNEL:
+                    # /send, /model or /clear, maybe in another worker: read the chat's row afresh.
+                    self.store.forget_session(payload)
                 else:
                     self._wake.set()
 

@@ -43,19 +43,19 @@ class ActiveSessions:
             return None
         row, stored = entry
         if self._clock() - stored > self.max_age_s:
-            self._drop(key)
+            self.drop(key)
             return None
         self._by_key.move_to_end(key)
         return row
 
     def put(self, row: SessionRow) -> None:
         """`row` is now the active session of its key (replacing the one before it, if any)."""
-        self._drop(row.key)
+        self.drop(row.key)
         self._by_key[row.key] = (row, self._clock())
         self._key_of[row.id] = row.key
         while len(self._by_key) > self.size:
             oldest = next(iter(self._by_key))
-            self._drop(oldest)
+            self.drop(oldest)
 
     def update(self, session_id: str, **changes: Any) -> None:
         """Apply a write to a session by id, if it is held here."""
@@ -64,7 +64,8 @@ class ActiveSessions:
             row, stored = self._by_key[key]
             self._by_key[key] = (dataclasses.replace(row, **changes), stored)
 
-    def _drop(self, key: str) -> None:
+    def drop(self, key: str) -> None:
+        """Forget the key's row: the next lookup reads it from the database."""
         entry = self._by_key.pop(key, None)
         if entry is not None:
             self._key_of.pop(entry[0].id, None)

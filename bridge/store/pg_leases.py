@@ -21,6 +21,8 @@ T = TypeVar("T")
 INTAKE_CHANNEL = "bridge_intake"
 # The channel a worker asks on for a chat's run to be stopped, wherever it runs (/stop, /clear).
 STOP_CHANNEL = "bridge_stop"
+# The channel a trigger notifies with a chat's key when its /send, /model or session changed.
+SESSION_CHANNEL = "bridge_session"
 # How long one wait for a notification lasts, so a stopping worker is never held up longer.
 LISTEN_WAIT_S = 1.0
 CONNECT_TIMEOUT_S = 5
@@ -128,7 +130,8 @@ class PgLeases:
 
     async def notified(self) -> list[tuple[str, str]]:
         """Wait up to LISTEN_WAIT_S for news from any worker: (channel, payload) of a message queued
-        (INTAKE_CHANNEL) or a chat to stop (STOP_CHANNEL); empty if none came."""
+        (INTAKE_CHANNEL), a chat to stop (STOP_CHANNEL) or a chat's row changed (SESSION_CHANNEL);
+        empty if none came."""
         import psycopg
 
         def wait() -> list[tuple[str, str]]:
@@ -137,7 +140,8 @@ class PgLeases:
                     self._listener = psycopg.connect(
                         self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
                     )
-                    self._listener.execute(f"LISTEN {INTAKE_CHANNEL}; LISTEN {STOP_CHANNEL}".encode())
+                    channels = (INTAKE_CHANNEL, STOP_CHANNEL, SESSION_CHANNEL)
+                    self._listener.execute("; ".join(f"LISTEN {name}" for name in channels).encode())
                 found = self._listener.notifies(timeout=LISTEN_WAIT_S, stop_after=1)
                 return [(note.channel, note.payload) for note in found]
             except (psycopg.OperationalError, psycopg.InterfaceError):

@@ -172,5 +172,17 @@ PG_MIGRATIONS: tuple[str, ...] = (
     END $$;
     CREATE TRIGGER intake_notify AFTER INSERT ON intake
         FOR EACH STATEMENT EXECUTE FUNCTION bridge_intake_notify();
+    -- A chat's /send, /model or /clear, in whichever worker: the others drop their copy of its row.
+    CREATE FUNCTION bridge_session_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('bridge_session', NEW.key);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER session_changed AFTER UPDATE ON sessions FOR EACH ROW
+        WHEN (OLD.send_policy IS DISTINCT FROM NEW.send_policy
+              OR OLD.model_profile IS DISTINCT FROM NEW.model_profile
+              OR OLD.verbosity IS DISTINCT FROM NEW.verbosity
+              OR OLD.ended_at IS DISTINCT FROM NEW.ended_at)
+        EXECUTE FUNCTION bridge_session_notify();
     """,
 )

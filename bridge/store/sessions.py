@@ -35,6 +35,10 @@ class SessionTable(Database):
         super().__init__(engine)
         self._active = sessions or ActiveSessions()
 
+    def forget_session(self, key: str) -> None:
+        """Another process changed the key's session: drop this process's copy of it."""
+        self._active.drop(key)
+
     async def active_session(self, key: str) -> SessionRow | None:
         cached = self._active.get(key)
         if cached is not None:

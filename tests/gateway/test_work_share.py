@@ -13,6 +13,7 @@ from bridge.events import Inbound
 from bridge.store.base import OutboxItem
 from bridge.store.intake import session_lease
 from bridge.store.pg_leases import PgLeases
+from bridge.store.postgres import PostgresStore
 from tests.fakes.openai_server import FakeOpenAI
 from tests.harness import OWNER, RecordingSender, make_settings
 from tests.pg import PostgresServer
@@ -148,3 +149,25 @@ async def test_a_dead_workers_unsent_reply_and_cut_short_run_are_taken_over_and_
     run = await bridge.store.get_run("r-killed")
     assert run is not None and run.status == "aborted"
     assert await bridge.store.outbox(state=("pending", "sending")) == []
+
+
+async def test_send_off_in_another_worker_reaches_this_workers_copy_of_the_chat_at_once(
+    worker: tuple[Bridge, PgLeases],
+) -> None:
+    bridge, _ = worker
+    # Trusted for a minute here, so only the other worker's notice can make this one read it again.
+    bridge.store._active.max_age_s = 60
+    session = await bridge.store.ensure_active_session("test:dm:9")
+    assert (await bridge.store.active_session("test:dm:9")) == session
+    other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
+    await other.open()
+    try:
+        await other.set_send_policy(session.id, "deny")  # /send off, handled by the other worker
+    finally:
+        await other.close()
+
+    async def denied() -> None:
+        while (row := await bridge.store.active_session("test:dm:9")) is None or row.send_policy != "deny":  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(denied(), 10)
