@@ -190,6 +190,8 @@ async def test_a_kill_loses_no_message_the_platform_was_told_was_received_even_w
             tg.dm(OWNER, "/help")
             tg.dm(OWNER, "important")
             await tg.wait_for(lambda: not tg.pending_updates, timeout=30)  # confirmed to Telegram
+            # The kill lands while the /help answer hangs on its way (not before it set off).
+            await tg.wait_for(lambda: "sendmessage" in tg.methods(), timeout=30)
             await kill9(process)
         db = tmp_path / "bridge.db"
         # Confirmed means stored: the message is in history, and the /help answer in the outbox.
