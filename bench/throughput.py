@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import tempfile
 import time
@@ -15,6 +16,7 @@ from bridge.app import Bridge
 from bridge.config import Settings
 from bridge.events import Inbound, Outbound, Route
 from bridge.llm.base import ChatMessage, Completion, ToolCall
+from bridge.store.sqlite_engine import SQLiteEngine, Trips
 
 TURNS = 20
 CONCURRENCY = (1, 100, 1_000)
@@ -116,9 +118,13 @@ async def measure(sessions: int, turns: int, delay_s: float) -> dict[str, Any]:
             # One turn first, not counted: the first turn of a process pays for lazy imports.
             await one_session(bridge, model, -1, 1, [])
             sender.sent = 0
+            engine = bridge.store.engine
+            assert isinstance(engine, SQLiteEngine)
+            before = dataclasses.replace(engine.trips)
             started = time.perf_counter()
             await asyncio.gather(*(one_session(bridge, model, u, turns, overheads) for u in range(sessions)))
             elapsed = time.perf_counter() - started
+            trips = engine.trips
         total = sessions * turns
         assert sender.sent == 2 * total, (sender.sent, total)  # one activity message and one reply a turn
         return {
@@ -129,7 +135,19 @@ async def measure(sessions: int, turns: int, delay_s: float) -> dict[str, Any]:
             "turns_per_s": round(total / elapsed, 1),
             "overhead_p50_ms": round(percentile(overheads, 50) * 1000, 3),
             "overhead_p99_ms": round(percentile(overheads, 99) * 1000, 3),
+            **per_turn(before, trips, total),
         }
+
+
+def per_turn(before: Trips, after: Trips, turns: int) -> dict[str, float]:
+    """The store's work per turn: writes asked, the transactions that carried them, reads, and the
+    trips to a database thread among them (the rest ran on the event loop)."""
+    return {
+        "writes_per_turn": round((after.writes - before.writes) / turns, 2),
+        "commits_per_turn": round((after.commits - before.commits) / turns, 2),
+        "reads_per_turn": round((after.reads - before.reads) / turns, 2),
+        "thread_trips_per_turn": round((after.thread_jobs - before.thread_jobs) / turns, 2),
+    }
 
 
 async def run(smoke: bool = False) -> dict[str, Any]:
@@ -141,7 +159,19 @@ async def run(smoke: bool = False) -> dict[str, Any]:
         table(
             f"Core throughput: {turns} turns per session, each a tool call then a reply "
             "(dispatcher → lane → runner → SQLite → outbox → recording adapter)",
-            ["provider ms", "sessions", "turns", "seconds", "turns/s", "overhead p50 ms", "overhead p99 ms"],
+            [
+                "provider ms",
+                "sessions",
+                "turns",
+                "seconds",
+                "turns/s",
+                "overhead p50 ms",
+                "overhead p99 ms",
+                "writes/turn",
+                "commits/turn",
+                "reads/turn",
+                "thread trips/turn",
+            ],
             [list(r.values()) for r in results],
         )
     )

@@ -43,9 +43,17 @@ class Engine(Protocol):
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
-    async def write(self, work: Work[T]) -> T: ...
+    async def write(self, work: Work[T], *, slow: bool = False) -> T:
+        """Run `work` as one write transaction. `slow`: it may take long (a sweep over many rows), so
+        an engine that writes on the event loop runs it elsewhere."""
+        ...
 
-    async def read(self, work: Work[T], *, snapshot: bool = False) -> T: ...
+    async def read(self, work: Work[T], *, snapshot: bool = False, quick: bool = False) -> T:
+        """Run `work` as reads. `snapshot`: in one transaction, so they agree. `quick`: an indexed read
+        of a bounded number of rows, which an engine may run on the event loop, after the writes
+        queued before it."""
+        ...
+
     async def backup(self, target: Path) -> None: ...
     async def claim(self, name: str, *, shared: bool = False) -> bool:
         """Hold the lock `name` for as long as the engine is open, and across every process using the
@@ -76,15 +84,15 @@ class Database:
     async def backup(self, target: Path) -> None:
         await self.engine.backup(target)
 
-    async def _write(self, work: Work[T]) -> T:
-        return await self.engine.write(work)
+    async def _write(self, work: Work[T], *, slow: bool = False) -> T:
+        return await self.engine.write(work, slow=slow)
 
-    async def _read(self, work: Work[T], *, snapshot: bool = False) -> T:
-        return await self.engine.read(work, snapshot=snapshot)
+    async def _read(self, work: Work[T], *, snapshot: bool = False, quick: bool = False) -> T:
+        return await self.engine.read(work, snapshot=snapshot, quick=quick)
 
-    async def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+    async def _rows(self, sql: str, params: Iterable[Any] = (), *, quick: bool = False) -> list[Any]:
         values = tuple(params)
-        return await self._read(lambda conn: conn.execute(sql, values).fetchall())
+        return await self._read(lambda conn: conn.execute(sql, values).fetchall(), quick=quick)
 
     async def _scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
         rows = await self._rows(sql, params)

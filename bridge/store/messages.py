@@ -111,7 +111,7 @@ class MessageTable(SessionTable):
 
     async def loaded_groups(self, session_id: str) -> set[str]:
         """Groups loaded anywhere in the session's history: one query on a partial index."""
-        return await self._read(lambda conn: select_loaded_groups(conn, session_id))
+        return await self._read(lambda conn: select_loaded_groups(conn, session_id), quick=True)
 
     # ---------------------------------------------------------------- memories
 

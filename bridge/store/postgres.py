@@ -113,10 +113,11 @@ class PostgresEngine:
             await self._on_thread(pool.close)
         await self._stop_threads()
 
-    async def write(self, work: Work[T]) -> T:
+    async def write(self, work: Work[T], *, slow: bool = False) -> T:
         return await self._run(work, begin="BEGIN")
 
-    async def read(self, work: Work[T], *, snapshot: bool = False) -> T:
+    async def read(self, work: Work[T], *, snapshot: bool = False, quick: bool = False) -> T:
+        # Every read is a round trip to the server anyway: `quick` changes nothing here.
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else None
         return await self._run(work, begin=begin)
 

@@ -104,6 +104,8 @@ class RunTable(MessageTable):
         context, window = await self._read(
             lambda conn: _read_context(conn, session_id, memory_scope, history_limit, memory_limit, kept),
             snapshot=True,
+            # Indexed, and at most a window's rows: cheaper on the loop than a trip to a thread.
+            quick=True,
         )
         if windows is not None:
             windows.put(session_id, window)
@@ -247,7 +249,8 @@ class RunTable(MessageTable):
                 "UPDATE runs SET trace = NULL WHERE trace IS NOT NULL AND id NOT IN "
                 "(SELECT id FROM runs WHERE trace IS NOT NULL ORDER BY started_at DESC LIMIT ?)",
                 (keep,),
-            )
+            ),
+            slow=True,
         )
         return cursor.rowcount
 

@@ -44,7 +44,7 @@ class SessionTable(Database):
         if cached is not None:
             return cached
         rows = await self._rows(
-            f"SELECT {SESSION_COLS} FROM sessions WHERE key = ? AND ended_at IS NULL", (key,)
+            f"SELECT {SESSION_COLS} FROM sessions WHERE key = ? AND ended_at IS NULL", (key,), quick=True
         )
         if not rows:
             return None
@@ -109,7 +109,9 @@ class SessionTable(Database):
         return found
 
     async def get_session(self, session_id: str) -> SessionRow | None:
-        rows = await self._rows(f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (session_id,))
+        rows = await self._rows(
+            f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (session_id,), quick=True
+        )
         return SessionRow(*rows[0]) if rows else None
 
     async def list_sessions(

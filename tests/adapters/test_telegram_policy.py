@@ -92,9 +92,9 @@ def bot(tmp_path: Path, tg: FakeTelegram) -> BotFactory:
             rig = PolicyRig(bridge, adapter, tg, llm, waits)
             write = bridge.store._write
 
-            async def write_and_tell(work: Any) -> Any:
+            async def write_and_tell(work: Any, *, slow: bool = False) -> Any:
                 try:
-                    return await write(work)
+                    return await write(work, slow=slow)
                 finally:
                     rig.handed_over()
 

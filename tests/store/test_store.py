@@ -7,7 +7,7 @@ import contextlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -41,10 +41,10 @@ async def execute(store: DatabaseStore, sql: str, params: tuple[Any, ...] = ()) 
 
 
 async def on_writer(store: DatabaseStore, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """`fn` on the writer's own connection, outside any transaction the engine opens."""
+    """`fn` on the connection the writes are made on, outside any transaction the engine opens."""
     engine = store.engine
     assert isinstance(engine, SQLiteEngine)
-    return await engine._call(engine._open_writer(), "raw", fn)
+    return await engine.on_writer(fn)
 
 
 def exchange(
@@ -430,12 +430,12 @@ async def test_loaded_groups_is_one_query_on_the_group_loads_index(
     await load(store, session, "web")
 
     statements: list[str] = []
-    # Reads run on the reader's connection: the callback goes there.
-    await store._read(lambda conn: cast(sqlite3.Connection, conn).set_trace_callback(statements.append))
+    # A quick read, made on the loop's connection: the callback goes there.
+    await on_writer(store, lambda conn: conn.set_trace_callback(statements.append))
     try:
         assert await store.loaded_groups(session.id) == {"web"}
     finally:
-        await store._read(lambda conn: cast(sqlite3.Connection, conn).set_trace_callback(None))
+        await on_writer(store, lambda conn: conn.set_trace_callback(None))
 
     assert len(statements) == 1
     plan = " | ".join(row[3] for row in await store._rows("EXPLAIN QUERY PLAN " + statements[0]))
