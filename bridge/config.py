@@ -461,6 +461,8 @@ class Settings(BaseSettings):
 
     owners: list[str] = Field(default_factory=list)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
+    log_level_libraries: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     llm: LLMSettings = Field(default_factory=LLMSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     tools: ToolsSettings = Field(default_factory=ToolsSettings)
@@ -471,10 +473,15 @@ class Settings(BaseSettings):
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     session: SessionSettings = Field(default_factory=SessionSettings)
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_level_libraries", mode="before")
     @classmethod
     def _upper_level(cls, value: Any) -> Any:
         return value.upper() if isinstance(value, str) else value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower_format(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("owners")
     @classmethod

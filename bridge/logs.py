@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import unquote
 
 from pydantic import BaseModel, SecretStr
@@ -13,6 +16,31 @@ from bridge.config import REDACTED, Settings, url_userinfo
 
 # Shorter "secrets" would redact ordinary words in log lines.
 MIN_SECRET_LEN = 6
+
+# Bridge's own loggers follow `log_level`; every other logger is a library's and follows
+# `log_level_libraries` (the root logger's level), these named ones explicitly.
+OWN_LOGGERS = ("bridge", "adapters")
+LIBRARY_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "aiohttp",
+    "telegram",
+    "discord",
+    "asyncio",
+    "psycopg",
+    "psycopg.pool",
+    "websockets",
+    "urllib3",
+    "hpack",
+    "charset_normalizer",
+)
+# Attributes every LogRecord has; any other attribute came from a caller's `extra=`.
+_RECORD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields a caller passed with `extra=`."""
+    return {key: value for key, value in vars(record).items() if key not in _RECORD_ATTRS}
 
 
 def secret_values(model: BaseModel) -> Iterator[str]:
@@ -54,7 +82,8 @@ def _url_credentials(value: str) -> Iterator[str]:
 
 
 class RedactSecrets(logging.Filter):
-    """Replaces secrets in a record's message and traceback (an API URL can carry the bot token)."""
+    """Replaces secrets in a record's message, traceback and `extra=` fields (an API URL can carry the
+    bot token)."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
@@ -65,6 +94,16 @@ class RedactSecrets(logging.Filter):
         for secret in self.secrets:
             text = text.replace(secret, REDACTED)
         return text
+
+    def _clean_value(self, value: Any) -> Any:
+        """A copy of an extra field with every string in it cleaned (the caller's object is untouched)."""
+        if isinstance(value, str):
+            return self._clean(value)
+        if isinstance(value, list | tuple):
+            return [self._clean_value(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self._clean_value(item) for key, item in value.items()}
+        return value
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
@@ -77,7 +116,44 @@ class RedactSecrets(logging.Filter):
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
             record.exc_text = self._clean(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._clean(record.stack_info)
+        for key, value in extra_fields(record).items():
+            setattr(record, key, self._clean_value(value))
         return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ts, level, logger, message, exc when there is a traceback, and every
+    JSON-serialisable `extra=` field."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        created = datetime.fromtimestamp(record.created, UTC)
+        entry: dict[str, Any] = {
+            "ts": created.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            entry["exc"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        for key, value in extra_fields(record).items():
+            if key not in entry and _serialisable(value):
+                entry[key] = value
+        # ASCII only: a non-UTF-8 stderr would otherwise write escapes that are not JSON.
+        return json.dumps(entry, allow_nan=False)
+
+
+def _serialisable(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def redacting(secrets: Iterable[str]) -> Callable[[str], str]:
@@ -91,12 +167,22 @@ def redactor(settings: Settings) -> Callable[[str], str]:
 
 
 def setup_logging(settings: Settings) -> None:
+    """One stderr handler, text or JSON lines, that redacts every secret; Bridge's loggers at
+    `log_level`, libraries' at `log_level_libraries`."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if settings.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactSecrets(secret_values(settings)))
     root = logging.getLogger()
     root.handlers = [handler]
-    root.setLevel(settings.log_level)
-    # One INFO line per HTTP request (with the bot token in Telegram's URLs) would drown the log.
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # The root's level is the one of loggers not set here: any other library's.
+    root.setLevel(settings.log_level_libraries)
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(settings.log_level)
+    # httpx and httpcore follow log_level_libraries like the rest: they used to be held at WARNING
+    # because their INFO lines carry the bot token in Telegram's URLs, but the handler's filter
+    # redacts it now, and their one line per request is what log_level_libraries = "INFO" asks for.
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(settings.log_level_libraries)
