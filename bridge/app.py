@@ -27,6 +27,7 @@ from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
 from bridge.llm.profiles import Profiles, with_tool_mode
 from bridge.logs import redactor
+from bridge.metrics import Metrics
 from bridge.sessions.service import SessionService
 from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
@@ -97,6 +98,9 @@ class Bridge:
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider, self.profiles)
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
+        self.metrics = Metrics()
+        self.runner.metrics = self.metrics
+        self.metrics.watch(self.lanes.running, self.lanes.depth)
         self.compactor = Compactor(settings, self.store, self._provider_for, redactor(settings))
         self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry, self.gate)
         self.dispatcher = Dispatcher(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bridge import __version__
+from bridge.cli_admin import check_health, show_admin, start_admin
 from bridge.config import Settings, known_surfaces, mask_url
 from bridge.config_io import load_settings, render_settings, resolve_config_path
 from bridge.errors import (
@@ -105,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
         "--to", dest="target", required=True, type=_postgres_target, metavar="postgresql://USER@HOST:PORT/DB"
     )
 
+    sub.add_parser("admin", help="print the admin server's URL and how to log in")
+    sub.add_parser("health", help="exit 0 when the running bridge's admin server says it is healthy")
     trace = sub.add_parser("trace", help="print what one run sent to the model and which tools it ran")
     trace.add_argument("run_id", metavar="RUN_ID", type=_text)
     trace.add_argument("--json", action="store_true", help="the trace as JSON, each model request whole")
@@ -170,7 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(cli_store.backup_database(settings, args.path))
     if args.command == "policy":
         return asyncio.run(explain_policy(settings, args.session_key, args.surface))
+    if args.command == "admin":
+        return show_admin(settings)
+    if args.command == "health":
+        return check_health(settings)
     setup_logging(settings)
+    if args.command == "chat":
+        # The terminal shows each run as it happens; a log line per run would only interleave with it.
+        logging.getLogger("bridge.runs").setLevel(logging.WARNING)
     path = resolve_config_path(args.config)
     try:
         return asyncio.run(chat(settings, path) if args.command == "chat" else run(settings, path))
@@ -415,6 +425,7 @@ async def run(settings: Settings, path: Path | None = None) -> int:
         if not bridge.claimed:
             return 0  # stopped while standing by: nothing was started
         reloader = _watch_config(bridge, settings, path)
+        admin = await start_admin(bridge, adapters, settings)
         started: list[GuardedAdapter] = []
         recovering: asyncio.Task[None] | None = None
         listening: list[asyncio.Task[None]] = []
@@ -450,6 +461,8 @@ async def run(settings: Settings, path: Path | None = None) -> int:
             await bridge.shutdown()
             for adapter in reversed(started):
                 await adapter.stop()
+            if admin is not None:
+                await admin.stop()
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from importlib.metadata import entry_points
@@ -287,6 +288,39 @@ class DeliverySettings(_Section):
     resend_uncertain: bool = True
 
 
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+class AdminSettings(_Section):
+    """The admin HTTP server inside `bridge run`: health, metrics, the API and the dashboard."""
+
+    enabled: bool = False
+    listen: str = "127.0.0.1"
+    port: int = Field(8765, ge=1, le=65535)
+    # Bearer token (or the login form's) for every route. Unset on a loopback address, each start
+    # makes one and writes it to admin.token beside the database (`bridge admin` prints the URL).
+    token: SecretStr = SecretStr("")
+
+    @model_validator(mode="after")
+    def _safe(self) -> AdminSettings:
+        token = self.token.get_secret_value()
+        if token and len(token) < 16:
+            raise ValueError("token must be at least 16 characters (e.g. `openssl rand -hex 24`)")
+        if self.enabled and not token and not is_loopback(self.listen):
+            raise ValueError(
+                f"token is required when listen ({self.listen}) is not a loopback address: anyone who can "
+                "reach the port could read every chat (or BRIDGE_ADMIN__TOKEN)"
+            )
+        return self
+
+
 class LoopSettings(_Section):
     """When a run is cut short for going in circles (one last request, without tools, gets the answer)."""
 
@@ -472,6 +506,7 @@ class Settings(BaseSettings):
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     session: SessionSettings = Field(default_factory=SessionSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
 
     @field_validator("log_level", "log_level_libraries", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from bridge.errors import BridgeError, ProviderError
 from bridge.llm.base import ChatMessage, Completion, Provider
 from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
+from bridge.metrics import Metrics
 from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store
 from bridge.store.sqlite import new_id
 from bridge.text import scrub
@@ -25,6 +26,8 @@ from bridge.tools.base import SessionMessenger, ToolContext
 from bridge.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
+# The one line per finished run, on a logger of its own so `bridge chat` can leave it out.
+runs_log = logging.getLogger("bridge.runs")
 
 # Old traces are pruned after this many runs (and at start), not after every run.
 PRUNE_EVERY = 100
@@ -72,6 +75,8 @@ class AgentRunner:
         self.profiles = profiles or Profiles(settings.llm, registry, provider)
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
+        # Set by the composition root: where runs, model requests and tool calls are counted.
+        self.metrics: Metrics | None = None
         self.tools = ToolCaller(settings, store, registry)
         self._redact = redactor(settings)
         self._finished = 0
@@ -237,6 +242,8 @@ class AgentRunner:
                 started = RunTrace.clock()
                 result = await self.tools.call(ctx, call, iteration, preamble, observer, state.writes)
                 state.trace.tool_call(started, call, result)
+                if self.metrics is not None:
+                    self.metrics.tool_call(call.name, result.status)
                 state.messages.append(
                     ChatMessage(
                         "tool",
@@ -328,6 +335,7 @@ class AgentRunner:
         try:
             completion = await (state.provider or self.provider).complete(messages, tools)
         except ProviderError as exc:
+            self._count_request(state, started, failed=True)
             state.trace.model_call(
                 started,
                 messages,
@@ -338,9 +346,15 @@ class AgentRunner:
                 fallback=fallback,
             )
             raise
+        self._count_request(state, started, failed=False)
         state.trace.model_call(started, messages, tools, completion, final=final, fallback=fallback)
         state.add_usage(completion)
         return completion
+
+    def _count_request(self, state: _RunState, started: float, *, failed: bool) -> None:
+        if self.metrics is not None:
+            provider = self.profiles.settings(state.answering).provider
+            self.metrics.model_request(provider, RunTrace.clock() - started, failed=failed)
 
     def _end(self, state: _RunState, status: RunStatus, reply: str) -> RunResult:
         return RunResult(state.run_id, status, reply, state.iterations)
@@ -375,9 +389,35 @@ class AgentRunner:
             outbox=outbox or (),
         )
         self._finished += 1
+        self._report(state, status)
         if keep and self._finished % PRUNE_EVERY == 0:
             await self.store.prune_traces(keep)
         return ids
+
+    def _report(self, state: _RunState, status: str) -> None:
+        """One log line per finished run (its fields as `extra` for the JSON log), and its metrics."""
+        seconds = state.trace.elapsed()
+        tokens = state.prompt_tokens + state.completion_tokens
+        key = state.trace.header["session_key"]
+        runs_log.info(
+            "run %s %s: %s, %d steps, %d tokens, %d ms",
+            state.run_id,
+            key,
+            status,
+            state.iterations,
+            tokens,
+            seconds * 1000,
+            extra={
+                "run_id": state.run_id,
+                "session_key": key,
+                "status": status,
+                "steps": state.iterations,
+                "tokens": tokens,
+                "ms": round(seconds * 1000),
+            },
+        )
+        if self.metrics is not None:
+            self.metrics.run_finished(status, seconds, state.prompt_tokens, state.completion_tokens)
 
 
 @dataclass(slots=True)

@@ -58,6 +58,10 @@ class RunTrace:
     def clock() -> float:
         return time.monotonic()
 
+    def elapsed(self) -> float:
+        """Seconds since the run began."""
+        return time.monotonic() - self._started
+
     def use_model(self, profile: str | None, model: str | None) -> None:
         """The model profile (/model) the run asks, and its model name."""
         if profile is not None:

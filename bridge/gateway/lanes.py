@@ -53,6 +53,14 @@ class Lanes:
         lane = self._lanes.get(key)
         return sum(len(entry.waiters) for entry in lane.queue) if lane else 0
 
+    def running(self) -> int:
+        """Runs in progress, all keys together."""
+        return sum(1 for key in self._lanes if self.busy(key))
+
+    def depth(self) -> int:
+        """Messages waiting for a run, all keys together."""
+        return sum(self.queued(key) for key in self._lanes)
+
     def schedule(self, key: str, job: Job, *, merge: bool = True) -> asyncio.Future[None]:
         """Run `job` in the key's lane (after the work queued before it); the future resolves when
         it is done, or when /clear or /stop drops it."""

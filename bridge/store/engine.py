@@ -90,6 +90,10 @@ class Database:
     async def _read(self, work: Work[T], *, snapshot: bool = False, quick: bool = False) -> T:
         return await self.engine.read(work, snapshot=snapshot, quick=quick)
 
+    async def ping(self) -> None:
+        """A trivial read: the database answers (through the same path as other reads)."""
+        await self._read(lambda conn: conn.execute("SELECT 1").fetchall())
+
     async def _rows(self, sql: str, params: Iterable[Any] = (), *, quick: bool = False) -> list[Any]:
         values = tuple(params)
         return await self._read(lambda conn: conn.execute(sql, values).fetchall(), quick=quick)

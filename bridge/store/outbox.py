@@ -51,6 +51,11 @@ class OutboxTable(Database):
             )
         )
 
+    async def outbox_counts(self) -> dict[str, int]:
+        """Rows of every state (a scan of the table: for metrics, read off the event loop)."""
+        rows = await self._rows("SELECT state, COUNT(*) FROM outbox GROUP BY state")
+        return {str(state): int(count) for state, count in rows}
+
     async def outbox(
         self, *, session_id: str | None = None, state: OutboxState | Collection[OutboxState] | None = None
     ) -> list[OutboxRow]:

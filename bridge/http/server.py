@@ -1,0 +1,208 @@
+"""The admin server inside `bridge run`: login, /healthz, /readyz, /metrics and the overview page."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from bridge.config import Settings
+from bridge.errors import ConfigError
+from bridge.http.auth import (
+    COOKIE,
+    CSRF_FIELD,
+    WRONG_TOKEN_DELAY_S,
+    AdminAuth,
+    admin_token,
+    local_path,
+    same_origin,
+)
+from bridge.metrics import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from bridge.app import Bridge
+
+log = logging.getLogger(__name__)
+
+# A store that does not answer a trivial read within this is not healthy.
+HEALTH_TIMEOUT_S = 2.0
+# Adapter states in which a platform can deliver: listening, or connected for sending only (a
+# worker that stands by for another's polling connection).
+READY_STATES = frozenset({"running", "sending"})
+
+
+class AdminServer:
+    """Serves the admin routes for one Bridge; every route but /login needs the token (see auth)."""
+
+    def __init__(self, bridge: Bridge, adapters: Sequence[Any], settings: Settings) -> None:
+        self.bridge = bridge
+        self.adapters = adapters
+        self.settings = settings
+        token, self.token_path = admin_token(settings)
+        self.auth = AdminAuth(token)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return admin_url(self.settings)
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.auth.middleware()])
+        app.router.add_get("/", self.overview)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/login", self.login_form)
+        app.router.add_post("/login", self.login)
+        app.router.add_post("/logout", self.logout)
+        return app
+
+    async def start(self) -> None:
+        cfg = self.settings.admin
+        # No access log: a line per scrape or health check would drown the log.
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, cfg.listen, cfg.port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ConfigError(
+                f"Can't listen on {cfg.listen}:{cfg.port} for the admin server ({exc.strerror or exc})",
+                remedy="set [admin] port to a free port, or [admin] enabled = false",
+            ) from None
+        self._runner = runner
+        where = f"; token in {self.token_path}" if self.token_path else ""
+        log.info("admin server on %s (`bridge admin` prints how to log in%s)", self.url, where)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    # ------------------------------------------------------------------ health
+
+    async def _store_answers(self) -> str | None:
+        """None when the store answers a trivial read in time, else what went wrong."""
+        try:
+            await asyncio.wait_for(self.bridge.store.ping(), HEALTH_TIMEOUT_S)
+        except TimeoutError:
+            return f"no answer within {HEALTH_TIMEOUT_S:g} s"
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _platforms(self) -> dict[str, str]:
+        return {
+            str(getattr(a, "surface", type(a).__name__)): str(getattr(a, "state", "?")) for a in self.adapters
+        }
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        problem = await self._store_answers()
+        if problem is not None:
+            return web.json_response({"status": "unhealthy", "store": problem}, status=503)
+        return web.json_response({"status": "ok", "store": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        problem = await self._store_answers()
+        platforms = self._platforms()
+        ready = problem is None and all(state in READY_STATES for state in platforms.values())
+        body = {"status": "ready" if ready else "not ready", "store": problem or "ok", "platforms": platforms}
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        metrics = self.bridge.metrics
+        try:
+            metrics.set_outbox(await self.bridge.store.outbox_counts())
+        except Exception:
+            log.warning("metrics: the outbox could not be counted", exc_info=True)
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # ------------------------------------------------------------------ pages
+
+    async def overview(self, request: web.Request) -> web.Response:
+        lanes = self.bridge.lanes
+        rows = "".join(
+            f"<tr><td>{html.escape(name)}</td><td>{html.escape(state)}</td></tr>"
+            for name, state in self._platforms().items()
+        )
+        body = (
+            "<h1>Bridge</h1>"
+            f"<p>Runs in progress: {lanes.running()} · messages waiting: {lanes.depth()}</p>"
+            f"<table><tr><th>platform</th><th>state</th></tr>{rows}</table>"
+            '<p><a href="/metrics">metrics</a> · <a href="/healthz">health</a> · '
+            '<a href="/readyz">ready</a></p>'
+            f'<form method="post" action="/logout"><input type="hidden" name="{CSRF_FIELD}" '
+            f'value="{self.auth.csrf}"><button>Log out</button></form>'
+        )
+        return _page("Bridge", body)
+
+    async def login_form(self, request: web.Request, *, wrong: bool = False) -> web.Response:
+        target = html.escape(local_path(request.query.get("next", "/")))
+        note = '<p role="alert">That token is not right.</p>' if wrong else ""
+        body = (
+            f"<h1>Bridge admin</h1>{note}"
+            f'<form method="post" action="/login"><input type="hidden" name="next" value="{target}">'
+            '<label>Token <input type="password" name="token" autocomplete="current-password" autofocus '
+            "required></label> <button>Log in</button></form>"
+            "<p>The token is <code>[admin] token</code>, or what <code>bridge admin</code> prints.</p>"
+        )
+        return _page("Log in · Bridge", body, status=401 if wrong else 200)
+
+    async def login(self, request: web.Request) -> web.Response:
+        if not same_origin(request):
+            return web.json_response(
+                {"error": "csrf", "detail": "log in from this server's own form"}, status=403
+            )
+        form = await request.post()
+        if not self.auth.token_ok(str(form.get("token", ""))):
+            await asyncio.sleep(WRONG_TOKEN_DELAY_S)
+            return await self.login_form(request, wrong=True)
+        response = web.HTTPSeeOther(local_path(str(form.get("next", "/"))))
+        response.set_cookie(
+            COOKIE, self.auth.session, httponly=True, samesite="Strict", secure=request.secure, path="/"
+        )
+        raise response
+
+    async def logout(self, request: web.Request) -> web.Response:
+        response = web.HTTPSeeOther("/login")
+        response.del_cookie(COOKIE, path="/")
+        raise response
+
+
+def admin_url(settings: Settings) -> str:
+    """Where the admin server answers, as a browser on this machine reaches it."""
+    cfg = settings.admin
+    host = cfg.listen
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{cfg.port}/"
+
+
+def _page(title: str, body: str, *, status: int = 200) -> web.Response:
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:48rem;margin:1rem auto;padding:0 1rem}"
+        "td,th{text-align:left;padding:.2rem .8rem .2rem 0}</style>"
+        f"</head><body>{body}</body></html>"
+    )
+    return web.Response(
+        text=page,
+        status=status,
+        content_type="text/html",
+        headers={
+            "X-Frame-Options": "DENY",
+            "Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'",
+        },
+    )
+
+
+__all__ = ["AdminServer", "Path", "admin_url"]

@@ -1,0 +1,83 @@
+"""Prometheus metrics of one Bridge: runs, model requests, tool calls, tokens, queues and the outbox."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from bridge.store.base import OutboxState
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+OUTBOX_STATES: tuple[OutboxState, ...] = ("pending", "sending", "sent", "suppressed", "failed", "uncertain")
+# A run takes from a few milliseconds (an instant model) to minutes (a slow model and many tools).
+RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+MODEL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    """The metrics of one process, in a registry of its own (so two Bridges in one test don't mix).
+
+    Counters are bumped where things happen (the runner); gauges that describe state (queue depth,
+    runs in progress, outbox rows) are read when /metrics is scraped, from the functions given.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.runs = Counter("bridge_runs", "Runs finished, by status.", ["status"], registry=r)
+        self.run_seconds = Histogram(
+            "bridge_run_duration_seconds",
+            "Time from a run's start to its end.",
+            buckets=RUN_BUCKETS,
+            registry=r,
+        )
+        self.model_seconds = Histogram(
+            "bridge_model_request_duration_seconds",
+            "Time of one model request, retries included, by provider.",
+            ["provider"],
+            buckets=MODEL_BUCKETS,
+            registry=r,
+        )
+        self.model_errors = Counter(
+            "bridge_model_request_errors",
+            "Model requests that failed after their retries.",
+            ["provider"],
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "bridge_tool_calls", "Tool calls, by tool and status.", ["tool", "status"], registry=r
+        )
+        self.tokens = Counter("bridge_tokens", "Tokens the model reported, by kind.", ["kind"], registry=r)
+        self.running = Gauge("bridge_runs_in_progress", "Runs in progress in this process.", registry=r)
+        self.queued = Gauge("bridge_queue_depth", "Messages waiting for a run in this process.", registry=r)
+        self.outbox = Gauge("bridge_outbox_rows", "Outbox rows, by state.", ["state"], registry=r)
+
+    def run_finished(self, status: str, seconds: float, prompt_tokens: int, completion_tokens: int) -> None:
+        self.runs.labels(status).inc()
+        self.run_seconds.observe(seconds)
+        self.tokens.labels("prompt").inc(prompt_tokens)
+        self.tokens.labels("completion").inc(completion_tokens)
+
+    def model_request(self, provider: str, seconds: float, *, failed: bool) -> None:
+        self.model_seconds.labels(provider).observe(seconds)
+        if failed:
+            self.model_errors.labels(provider).inc()
+
+    def tool_call(self, tool: str, status: str) -> None:
+        self.tool_calls.labels(tool, status).inc()
+
+    def watch(self, running: Callable[[], int], queued: Callable[[], int]) -> None:
+        """Where the gauges of runs in progress and of the queue read their values at a scrape."""
+        self.running.set_function(running)
+        self.queued.set_function(queued)
+
+    def set_outbox(self, counts: Mapping[str, int]) -> None:
+        for state in OUTBOX_STATES:
+            self.outbox.labels(state).set(counts.get(state, 0))
+
+    def render(self) -> bytes:
+        """The text exposition format, as Prometheus scrapes it."""
+        return generate_latest(self.registry)
