@@ -106,8 +106,11 @@ def _parser() -> argparse.ArgumentParser:
         "--to", dest="target", required=True, type=_postgres_target, metavar="postgresql://USER@HOST:PORT/DB"
     )
 
-    sub.add_parser("admin", help="print the admin server's URL and how to log in")
-    sub.add_parser("health", help="exit 0 when the running bridge's admin server says it is healthy")
+    for name, what in (
+        ("admin", "print the admin server's URL and how to log in"),
+        ("health", "exit 0 when the running bridge's admin server says it is healthy"),
+    ):
+        sub.add_parser(name, help=what).add_argument("--config", type=Path, help=config_help)
     trace = sub.add_parser("trace", help="print what one run sent to the model and which tools it ran")
     trace.add_argument("run_id", metavar="RUN_ID", type=_text)
     trace.add_argument("--json", action="store_true", help="the trace as JSON, each model request whole")
@@ -367,11 +370,12 @@ def local_model(args: argparse.Namespace) -> int:
 
 
 def enabled_platforms(settings: Settings) -> list[str]:
-    """Config sections with `enabled = true`, each the entry-point name of its adapter."""
+    """Config sections with `enabled = true` that name an adapter (its entry point); [admin] is not one."""
+    adapters = set(known_surfaces())
     return [
         name
         for name in type(settings).model_fields
-        if getattr(getattr(settings, name), "enabled", False) is True
+        if name in adapters and getattr(getattr(settings, name), "enabled", False) is True
     ]
 
 
@@ -425,7 +429,7 @@ async def run(settings: Settings, path: Path | None = None) -> int:
         if not bridge.claimed:
             return 0  # stopped while standing by: nothing was started
         reloader = _watch_config(bridge, settings, path)
-        admin = await start_admin(bridge, adapters, settings)
+        admin = await start_admin(bridge, adapters, settings, path, reloader)
         started: list[GuardedAdapter] = []
         recovering: asyncio.Task[None] | None = None
         listening: list[asyncio.Task[None]] = []

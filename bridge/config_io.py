@@ -27,21 +27,29 @@ def resolve_config_path(path: Path | None) -> Path | None:
 def load_settings(path: Path | None = None) -> Settings:
     """Read the effective settings, raising ConfigError that names the bad key and why."""
     path = resolve_config_path(path)
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
-                "save the file as UTF-8"
-            ) from None
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    if path is None:
+        return settings_from_toml("", None)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "save the file as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    return settings_from_toml(text, path)
+
+
+def settings_from_toml(text: str, path: Path | None) -> Settings:
+    """The settings a config file's text (and the environment) make; ConfigError naming the bad key
+    and why. One check for every way a config arrives: a start, a reload, check-config, the editor."""
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path or 'config'}: invalid TOML: {exc}") from None
     try:
         return Settings(**data)
     except ValidationError as exc:

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from bridge.config import Settings
 from bridge.errors import ConfigError
+from bridge.http.api import AdminApi
 from bridge.http.auth import (
     COOKIE,
     CSRF_FIELD,
@@ -22,10 +23,12 @@ from bridge.http.auth import (
     local_path,
     same_origin,
 )
+from bridge.http.policy_edit import PolicyEditor
 from bridge.metrics import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
     from bridge.app import Bridge
+    from bridge.reload import ConfigReloader
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +42,19 @@ READY_STATES = frozenset({"running", "sending"})
 class AdminServer:
     """Serves the admin routes for one Bridge; every route but /login needs the token (see auth)."""
 
-    def __init__(self, bridge: Bridge, adapters: Sequence[Any], settings: Settings) -> None:
+    def __init__(
+        self,
+        bridge: Bridge,
+        adapters: Sequence[Any],
+        settings: Settings,
+        *,
+        config_path: Path | None = None,
+        reloader: ConfigReloader | None = None,
+    ) -> None:
         self.bridge = bridge
         self.adapters = adapters
         self.settings = settings
+        self.editor = PolicyEditor(bridge, config_path, reloader)
         token, self.token_path = admin_token(settings)
         self.auth = AdminAuth(token)
         self._runner: web.AppRunner | None = None
@@ -60,6 +72,8 @@ class AdminServer:
         app.router.add_get("/login", self.login_form)
         app.router.add_post("/login", self.login)
         app.router.add_post("/logout", self.logout)
+        AdminApi(self.bridge).routes(app)
+        self.editor.routes(app)
         return app
 
     async def start(self) -> None:
@@ -205,4 +219,4 @@ def _page(title: str, body: str, *, status: int = 200) -> web.Response:
     )
 
 
-__all__ = ["AdminServer", "Path", "admin_url"]
+__all__ = ["AdminServer", "admin_url"]

@@ -378,8 +378,14 @@ class Store(Protocol):
         ...
 
     async def outbox(
-        self, *, session_id: str | None = None, state: OutboxState | Collection[OutboxState] | None = None
-    ) -> list[OutboxRow]: ...
+        self,
+        *,
+        session_id: str | None = None,
+        state: OutboxState | Collection[OutboxState] | None = None,
+        newest: int | None = None,
+    ) -> list[OutboxRow]:
+        """Rows in id order (per chat, the order they go out); `newest`: only the last so many."""
+        ...
 
     # memories
     async def add_memory(self, scope: str, content: str) -> int: ...

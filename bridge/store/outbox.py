@@ -57,9 +57,14 @@ class OutboxTable(Database):
         return {str(state): int(count) for state, count in rows}
 
     async def outbox(
-        self, *, session_id: str | None = None, state: OutboxState | Collection[OutboxState] | None = None
+        self,
+        *,
+        session_id: str | None = None,
+        state: OutboxState | Collection[OutboxState] | None = None,
+        newest: int | None = None,
     ) -> list[OutboxRow]:
-        where, params = ["1 = 1"], []
+        where: list[str] = ["1 = 1"]
+        params: list[object] = []
         if session_id is not None:
             where.append("session_id = ?")
             params.append(session_id)
@@ -67,11 +72,17 @@ class OutboxTable(Database):
             states = [state] if isinstance(state, str) else list(state)
             where.append(f"state IN ({', '.join('?' * len(states))})")
             params.extend(states)
+        order = "ORDER BY id"
+        if newest is not None:
+            order = "ORDER BY id DESC LIMIT ?"
+            params.append(newest)
         rows = await self._rows(
             f"SELECT id, platform_msg_id, created_at, {', '.join(_OUTBOX_FIELDS)} FROM outbox "
-            f"WHERE {' AND '.join(where)} ORDER BY id",
+            f"WHERE {' AND '.join(where)} {order}",
             params,
         )
+        if newest is not None:
+            rows.reverse()
         return [
             OutboxRow(row[0], OutboxItem(**dict(zip(_OUTBOX_FIELDS, row[3:], strict=True))), row[1], row[2])
             for row in rows

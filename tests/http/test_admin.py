@@ -9,7 +9,6 @@ import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -23,9 +22,8 @@ from bridge.http.auth import COOKIE, token_file
 from bridge.http.server import AdminServer
 from tests.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
 from tests.harness import Harness, running_bridge
+from tests.http.conftest import TOKEN, admin_bridge, client_of
 from tests.pg import free_port
-
-TOKEN = "a-token-of-the-operator-0123456789"
 
 
 @dataclass
@@ -43,8 +41,8 @@ class Admin:
     platform: Platform
     base: str
 
-    def client(self, **kwargs: Any) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base, trust_env=False, timeout=10, **kwargs)
+    def client(self, *, token: str | None = None) -> httpx.AsyncClient:
+        return client_of(self.base, token)
 
     def bearer(self, token: str = TOKEN) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
@@ -52,18 +50,12 @@ class Admin:
 
 @pytest.fixture
 async def admin(tmp_path: Path) -> AsyncIterator[Admin]:
-    port = free_port()
+    platform = Platform("telegram")
     async with (
         FakeOpenAI() as llm,
-        running_bridge(tmp_path, llm, admin={"enabled": True, "port": port, "token": TOKEN}) as harness,
+        admin_bridge(tmp_path, llm, adapters=[platform]) as (harness, server, base),
     ):
-        platform = Platform("telegram")
-        server = AdminServer(harness.bridge, [platform], harness.bridge.settings)
-        await server.start()
-        try:
-            yield Admin(harness, server, platform, f"http://127.0.0.1:{port}")
-        finally:
-            await server.stop()
+        yield Admin(harness, server, platform, base)
 
 
 async def logged_in(admin: Admin, client: httpx.AsyncClient) -> None:
@@ -86,7 +78,7 @@ async def test_every_route_refuses_a_request_without_the_token(admin: Admin, pat
 
 
 async def test_the_token_as_a_bearer_header_opens_every_route(admin: Admin) -> None:
-    async with admin.client(headers=admin.bearer()) as client:
+    async with admin.client(token=TOKEN) as client:
         for path in ("/", "/healthz", "/readyz", "/metrics"):
             assert (await client.get(path)).status_code == 200, path
 
@@ -158,7 +150,7 @@ async def test_a_login_from_another_sites_form_is_refused(admin: Admin) -> None:
 
 
 async def test_a_bearer_post_needs_no_csrf_value(admin: Admin) -> None:
-    async with admin.client(headers=admin.bearer()) as client:
+    async with admin.client(token=TOKEN) as client:
         assert (await client.post("/logout")).status_code == 303
 
 
@@ -219,7 +211,7 @@ async def test_without_a_token_on_loopback_a_start_makes_one_only_its_owner_can_
 
 
 async def test_readyz_is_ready_only_when_every_platform_can_deliver(admin: Admin) -> None:
-    async with admin.client(headers=admin.bearer()) as client:
+    async with admin.client(token=TOKEN) as client:
         ready = await client.get("/readyz")
         assert ready.status_code == 200
         assert ready.json()["platforms"] == {"telegram": "running"}
@@ -239,7 +231,7 @@ async def test_healthz_says_unhealthy_when_the_store_does_not_answer(
         raise OSError("disk gone")
 
     monkeypatch.setattr(admin.harness.bridge.store, "ping", broken)
-    async with admin.client(headers=admin.bearer()) as client:
+    async with admin.client(token=TOKEN) as client:
         health = await client.get("/healthz")
         ready = await client.get("/readyz")
     assert health.status_code == 503 and "disk gone" in health.json()["store"]
@@ -262,7 +254,7 @@ async def test_metrics_count_runs_model_requests_tool_calls_tokens_and_the_outbo
     for n in range(3):
         llm.push(tool_call("get_current_time", {}), text(f"answer {n}", prompt_tokens=7, completion_tokens=3))
         await admin.harness.say(f"what time is it {n}")
-    async with admin.client(headers=admin.bearer()) as client:
+    async with admin.client(token=TOKEN) as client:
         answer = await client.get("/metrics")
     assert answer.headers["Content-Type"].startswith("text/plain")
     found = samples(answer.text)
@@ -283,7 +275,7 @@ async def test_metrics_count_runs_model_requests_tool_calls_tokens_and_the_outbo
 async def test_a_failed_model_request_is_counted_as_an_error_of_its_provider(admin: Admin) -> None:
     admin.harness.llm.push(http_error(500, "the model server fell over"))
     await admin.harness.say("hello")
-    async with admin.client(headers=admin.bearer()) as client:
+    async with admin.client(token=TOKEN) as client:
         found = samples((await client.get("/metrics")).text)
     assert found[("bridge_model_request_errors_total", (("provider", "openai"),))] == 1
     assert found[("bridge_runs_total", (("status", "error"),))] == 1

@@ -1,0 +1,177 @@
+"""The send-policy editor of the admin API: read the rules, explain a key against a draft, save a draft
+into the config file (comments kept, written atomically) and make it live through the reload."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import tomlkit
+from aiohttp import web
+from pydantic import ValidationError
+
+from bridge.config import SendPolicySettings
+from bridge.config_io import settings_from_toml
+from bridge.errors import ConfigError, SessionKeyError
+from bridge.gateway.policy import Place, SendPolicy
+from bridge.sessions.keys import parse
+
+if TYPE_CHECKING:
+    from bridge.app import Bridge
+    from bridge.reload import ConfigReloader
+
+
+class PolicyEditor:
+    """GET /api/policy, POST /api/policy/explain, PUT /api/policy."""
+
+    def __init__(self, bridge: Bridge, path: Path | None, reloader: ConfigReloader | None) -> None:
+        self.bridge = bridge
+        self.path = path
+        self.reloader = reloader
+        # One save at a time: two editors saving together must not interleave read and write.
+        self._saving = asyncio.Lock()
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/api/policy", self.show)
+        app.router.add_post("/api/policy/explain", self.explain)
+        app.router.add_put("/api/policy", self.save)
+
+    async def show(self, request: web.Request) -> web.Response:
+        live = self.bridge.policy.settings
+        return web.json_response(
+            {
+                **live.model_dump(mode="json"),
+                "config_file": str(self.path) if self.path else None,
+                "editable": self.path is not None,
+            }
+        )
+
+    async def explain(self, request: web.Request) -> web.Response:
+        """Each rule of the draft (or of the live policy), whether it matches the key, what decides."""
+        body = await _json(request)
+        key = str(body.get("key", ""))
+        try:
+            parse(key)
+        except SessionKeyError as exc:
+            return _refused("key", str(exc))
+        draft = body.get("draft")
+        try:
+            settings = (
+                SendPolicySettings.model_validate(draft) if draft is not None else self.bridge.policy.settings
+            )
+        except ValidationError as exc:
+            return _invalid(exc)
+        session = await self.bridge.store.active_session(key)
+        surface = body.get("surface") or (session.surface if session else None)
+        override = session.send_policy if session else None
+        policy = SendPolicy(settings)
+        place = Place.of(key, str(surface) if surface else None)
+        decision = policy.decide(place, override)
+        return web.json_response(
+            {"action": decision.action, "reason": decision.reason, "explain": policy.explain(place, override)}
+        )
+
+    async def save(self, request: web.Request) -> web.Response:
+        """Write the draft into [session.send_policy] of the config file, if the whole file is then
+        valid (checked as check-config checks it), and apply it at once. Refused: nothing changes."""
+        if self.path is None:
+            return _refused(
+                "config_file", "bridge run was started without a config file; start it with --config PATH"
+            )
+        draft = await _json(request)
+        try:
+            wanted = SendPolicySettings.model_validate(draft)
+        except ValidationError as exc:
+            return _invalid(exc)
+        async with self._saving:
+            text = await asyncio.to_thread(self.path.read_text, encoding="utf-8")
+            try:
+                document = tomlkit.parse(text)
+            except tomlkit.exceptions.ParseError as exc:
+                return _refused("config_file", f"{self.path} is not valid TOML now: {exc}")
+            _put_policy(document, wanted)
+            new_text = tomlkit.dumps(document)
+            try:
+                settings = settings_from_toml(new_text, self.path)
+            except ConfigError as exc:
+                return _refused("session.send_policy", str(exc))
+            await asyncio.to_thread(_replace_file, self.path, new_text)
+            if self.reloader is not None:
+                # Live now, not at the watcher's next look; the watcher then sees nothing new.
+                self.reloader.reload()
+            else:
+                self.bridge.apply_live_settings(settings)
+        return web.json_response({"ok": True, **self.bridge.policy.settings.model_dump(mode="json")})
+
+
+def _put_policy(document: tomlkit.TOMLDocument, policy: SendPolicySettings) -> None:
+    """Set default and rules in [session.send_policy], creating the tables if need be; every other
+    line of the file, comments included, stays as it was."""
+    session = document.get("session")
+    if session is None:
+        session = tomlkit.table(is_super_table=True)
+        document["session"] = session
+    table = session.get("send_policy")
+    if table is None:
+        table = tomlkit.table()
+        session["send_policy"] = table
+    table["default"] = policy.default
+    rules = tomlkit.array()
+    for rule in policy.rules:
+        entry = tomlkit.inline_table()
+        entry["action"] = rule.action
+        match = tomlkit.inline_table()
+        for name, value in rule.match.model_dump(exclude_none=True).items():
+            match[name] = value
+        entry["match"] = match
+        rules.append(entry)
+    rules.multiline(bool(policy.rules))
+    table["rules"] = rules
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically: a reader sees the old file or the new one, never half."""
+    mode = path.stat().st_mode & 0o777
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        data = await request.json()
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "bad_request", "detail": "the body must be JSON"}),
+            content_type="application/json",
+        ) from None
+    if not isinstance(data, dict):
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "bad_request", "detail": "the body must be a JSON object"}),
+            content_type="application/json",
+        )
+    return data
+
+
+def _invalid(exc: ValidationError) -> web.Response:
+    """The first problem of a draft, named by its key in the config file."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    key = f"session.send_policy.{where}" if where else "session.send_policy"
+    return _refused(key, first["msg"])
+
+
+def _refused(key: str, reason: str) -> web.Response:
+    return web.json_response({"error": "invalid", "key": key, "reason": reason}, status=422)
