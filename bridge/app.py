@@ -23,6 +23,7 @@ from bridge.gateway.dispatcher import Dispatcher, DispatchServices
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.gateway.presence import Presence
+from bridge.live import LiveEvents
 from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
 from bridge.llm.profiles import Profiles, with_tool_mode
@@ -100,6 +101,8 @@ class Bridge:
         self.runner.messenger = self.a2a
         self.metrics = Metrics()
         self.runner.metrics = self.metrics
+        self.live = LiveEvents()
+        self.runner.live = self.delivery.courier.live = self.live
         self.metrics.watch(self.lanes.running, self.lanes.depth)
         self.compactor = Compactor(settings, self.store, self._provider_for, redactor(settings))
         self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry, self.gate)
@@ -113,6 +116,7 @@ class Bridge:
                 access=self.access,
                 gate=self.gate,
                 compactor=self.compactor,
+                live=self.live,
             ),
             settings.runs,
         )

@@ -15,6 +15,7 @@ from bridge.agent.toolcalls import NullObserver, RunObserver, ToolCaller, not_ru
 from bridge.agent.trace import RunTrace
 from bridge.config import DEFAULT_PROFILE, Settings
 from bridge.errors import BridgeError, ProviderError
+from bridge.live import LiveEvents
 from bridge.llm.base import ChatMessage, Completion, Provider
 from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
@@ -75,8 +76,10 @@ class AgentRunner:
         self.profiles = profiles or Profiles(settings.llm, registry, provider)
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
-        # Set by the composition root: where runs, model requests and tool calls are counted.
+        # Set by the composition root: where runs, model requests and tool calls are counted, and
+        # the admin server's live stream.
         self.metrics: Metrics | None = None
+        self.live = LiveEvents()
         self.tools = ToolCaller(settings, store, registry)
         self._redact = redactor(settings)
         self._finished = 0
@@ -115,6 +118,7 @@ class AgentRunner:
         )
         if started.answers is None or started.input_hash is None:
             return RunResult(run_id, "skipped", "")
+        self.live.publish("run_started", run_id=run_id, session_key=session.key, channel=channel)
         context, rows, input_hash = started.context, started.rows, started.input_hash
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
@@ -244,6 +248,13 @@ class AgentRunner:
                 state.trace.tool_call(started, call, result)
                 if self.metrics is not None:
                     self.metrics.tool_call(call.name, result.status)
+                self.live.publish(
+                    "tool",
+                    run_id=state.run_id,
+                    session_key=ctx.session.key,
+                    tool=call.name,
+                    status=result.status,
+                )
                 state.messages.append(
                     ChatMessage(
                         "tool",
@@ -418,6 +429,15 @@ class AgentRunner:
         )
         if self.metrics is not None:
             self.metrics.run_finished(status, seconds, state.prompt_tokens, state.completion_tokens)
+        self.live.publish(
+            "run_finished",
+            run_id=state.run_id,
+            session_key=key,
+            status=status,
+            steps=state.iterations,
+            tokens=tokens,
+            ms=round(seconds * 1000),
+        )
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ from typing import cast
 
 from bridge.errors import AdapterLifecycleError
 from bridge.events import Outbound, OutboundKind, Route, Sender
+from bridge.live import LiveEvents
 from bridge.store.base import OutboxRow, OutboxState, Store
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ class Courier:
         self.store = store
         self.senders = senders
         self._chats: dict[ChatKey, _Chat] = {}
+        # The admin server's live stream (replaced by the composition root's).
+        self.live = LiveEvents()
 
     def submit(self, rows: Sequence[OutboxRow]) -> asyncio.Future[list[str | None]]:
         """Send rows of one chat after what that chat already waits for; the future resolves with each
@@ -165,6 +168,14 @@ class Courier:
             await self._mark(row.id, "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
             return None, False
         await self._mark(row.id, "sent", platform_msg_id=message_id)
+        self.live.publish(
+            "message_out",
+            session_key=item.session_key,
+            surface=item.surface,
+            chat_id=item.chat_id,
+            kind=item.kind,
+            text=item.text,
+        )
         return message_id, True
 
     async def _mark(

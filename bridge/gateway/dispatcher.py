@@ -18,6 +18,7 @@ from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate
+from bridge.live import LiveEvents
 from bridge.sessions.service import SessionService
 from bridge.store.base import OutboxItem, RunRow, SessionRow
 from bridge.text import scrub
@@ -57,6 +58,8 @@ class DispatchServices:
     access: AccessPolicy
     gate: PolicyGate
     compactor: Compactor
+    # The admin server's stream of what happens (messages in; runs and sends publish their own).
+    live: LiveEvents = dataclasses.field(default_factory=LiveEvents)
 
 
 class Dispatcher:
@@ -80,6 +83,7 @@ class Dispatcher:
         self.access = services.access
         self.gate = services.gate
         self.compactor = services.compactor
+        self.live = services.live
         # Set where several workers share the database: stored messages are then claimed from the
         # shared intake queue by whichever worker has room, under the chat's lease.
         self.share: WorkShare | None = None
@@ -138,6 +142,13 @@ class Dispatcher:
         if stored is None:
             log.info("dropping redelivered message %s", inbound.platform_msg_id)
             return None
+        self.live.publish(
+            "message_in",
+            session_key=key,
+            surface=inbound.surface,
+            sender=inbound.sender_id,
+            text=inbound.text,
+        )
         if self.closing:
             # Shutting down: the message is stored, and the next start answers it (see resume).
             log.info("message in %s stored; it is answered after the restart", key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -18,6 +19,8 @@ from bridge.store.base import OutboxRow, OutboxState, SessionRow
 if TYPE_CHECKING:
     from bridge.app import Bridge
 
+# A comment on an idle event stream this often, so proxies and browsers keep it open.
+KEEPALIVE_S = 15.0
 OUTBOX_STATES = frozenset({"pending", "sending", "sent", "suppressed", "failed", "uncertain"})
 SEND_MODES = frozenset({"on", "off", "inherit"})
 MAX_LIMIT = 500
@@ -41,6 +44,7 @@ class AdminApi:
         add.add_get("/api/runs/{run_id}", self.run)
         add.add_get("/api/outbox", self.outbox)
         add.add_post("/api/outbox/{row_id}/retry", self.retry)
+        add.add_get("/api/events", self.events)
 
     # ------------------------------------------------------------------ sessions
 
@@ -167,6 +171,30 @@ class AdminApi:
         pending = OutboxRow(row.id, dataclasses.replace(row.item, state="pending"), None, row.created_at)
         self.bridge.delivery.deliver([pending])
         return web.json_response({"ok": True, "row": _outbox(pending)})
+
+    # ------------------------------------------------------------------ live
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: message_in, run_started, tool, run_finished and message_out, as they
+        happen in this process; a comment every KEEPALIVE_S keeps proxies from closing the stream."""
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await response.prepare(request)
+        with self.bridge.live.subscribe() as queue:
+            await response.write(b": connected\n\n")
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    await response.write(b": keepalive\n\n")
+                    continue
+                data = json.dumps({**event.data, "at": event.at}, default=str)
+                await response.write(f"event: {event.kind}\ndata: {data}\n\n".encode())
 
 
 def _session(row: SessionRow) -> dict[str, Any]:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# How long requests in progress (an open event stream) may take to end when the server stops.
+STOP_TIMEOUT_S = 1.0
 # A store that does not answer a trivial read within this is not healthy.
 HEALTH_TIMEOUT_S = 2.0
 # Adapter states in which a platform can deliver: listening, or connected for sending only (a
@@ -78,8 +80,9 @@ class AdminServer:
 
     async def start(self) -> None:
         cfg = self.settings.admin
-        # No access log: a line per scrape or health check would drown the log.
-        runner = web.AppRunner(self.app(), access_log=None)
+        # No access log: a line per scrape or health check would drown the log. A short shutdown:
+        # an open event stream must not hold a stopping bridge past its grace period.
+        runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=STOP_TIMEOUT_S)
         await runner.setup()
         try:
             await web.TCPSite(runner, cfg.listen, cfg.port).start()

@@ -4,6 +4,7 @@ owner's actions (/clear, /send, /stop, a retry), each going through the chat com
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,45 @@ async def test_a_browser_posts_to_the_api_with_the_csrf_header(api: Api) -> None
         assert refused.status_code == 403
         allowed = await browser.post("/api/sessions/main/stop", json={}, headers={"X-CSRF-Token": csrf})
         assert allowed.status_code == 200
+
+
+async def test_the_event_stream_shows_a_turn_as_it_happens(api: Api) -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    subscribed = asyncio.Event()
+
+    async def watch() -> None:
+        async with api.client.stream("GET", "/api/events") as stream:
+            assert stream.headers["Content-Type"].startswith("text/event-stream")
+            kind = ""
+            async for line in stream.aiter_lines():
+                if line == ": connected":
+                    subscribed.set()
+                elif line.startswith("event: "):
+                    kind = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    seen.append((kind, json.loads(line.removeprefix("data: "))))
+                    if kind == "message_out" and seen[-1][1]["kind"] == "reply":
+                        return
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.wait_for(subscribed.wait(), 10)  # subscribed before the turn starts
+    await turn(api, "what time is it", "noon")
+    await asyncio.wait_for(watcher, 10)
+    kinds = [kind for kind, _ in seen]
+    assert kinds[0] == "message_in" and seen[0][1]["text"] == "what time is it"
+    assert kinds.index("run_started") < kinds.index("tool") < kinds.index("run_finished")
+    assert seen[kinds.index("tool")][1] == {**seen[kinds.index("tool")][1], "tool": "get_current_time"}
+    finished = seen[kinds.index("run_finished")][1]
+    assert finished["status"] == "ok" and finished["session_key"] == "main" and finished["steps"] == 2
+    assert seen[-1][1]["text"] == "noon"
+
+
+async def test_stopping_the_server_ends_an_open_event_stream_at_once(tmp_path: Path) -> None:
+    async with FakeOpenAI() as llm, admin_bridge(tmp_path, llm) as (harness, server, base):
+        async with client_of(base) as client, client.stream("GET", "/api/events") as stream:
+            lines = stream.aiter_lines()
+            assert await anext(lines) == ": connected"
+            started = asyncio.get_running_loop().time()
+            await server.stop()
+            assert asyncio.get_running_loop().time() - started < 5
+        assert not harness.bridge.live.watched
