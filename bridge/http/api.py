@@ -161,16 +161,12 @@ class AdminApi:
             row_id = int(request.match_info["row_id"])
         except ValueError:
             raise _bad("the row id is a number") from None
-        rows = {row.id: row for row in await self.bridge.store.outbox(state="failed")}
-        row = rows.get(row_id)
+        # Failed to pending in one conditional write: two retries at once send it once.
+        row = await self.bridge.store.reopen_failed(row_id, "retried from the admin API")
         if row is None:
-            raise _missing(f"no failed outbox row {row_id}")
-        if row.item.kind == "activity":
-            raise _bad("tool activity of a finished run is not sent again")
-        await self.bridge.store.mark_outbox(row.id, "pending", reason="retried from the admin API")
-        pending = OutboxRow(row.id, dataclasses.replace(row.item, state="pending"), None, row.created_at)
-        self.bridge.delivery.deliver([pending])
-        return web.json_response({"ok": True, "row": _outbox(pending)})
+            raise _missing(f"no failed reply or notice {row_id} (tool activity is never sent again)")
+        self.bridge.delivery.deliver([row])
+        return web.json_response({"ok": True, "row": _outbox(row)})
 
     # ------------------------------------------------------------------ live
 

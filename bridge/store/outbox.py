@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from bridge.store.base import OutboxItem, OutboxRow, OutboxState, SessionRow
 from bridge.store.engine import Conn, Database
@@ -38,6 +39,20 @@ class OutboxTable(Database):
                 (state, platform_msg_id, reason, time.time(), item_id),
             )
         )
+
+    async def reopen_failed(self, row_id: int, reason: str) -> OutboxRow | None:
+        """A `failed` reply or notice made `pending` again, for this worker to send; None when the row
+        is not failed (already retried, by another request too: only one of them gets it) or is
+        tool activity, which is never sent late."""
+        columns = f"id, platform_msg_id, created_at, {', '.join(_OUTBOX_FIELDS)}"
+        found = await self._write(
+            lambda conn: conn.execute(
+                "UPDATE outbox SET state = 'pending', reason = ?, worker_id = ?, updated_at = ? "
+                f"WHERE id = ? AND state = 'failed' AND kind != 'activity' RETURNING {columns}",
+                (reason, self.worker_id, time.time(), row_id),
+            ).fetchone()
+        )
+        return _row(found) if found is not None else None
 
     async def count_outbox(self, session: SessionRow, state: OutboxState) -> int:
         # Items sent before a chat had a session (a command's answer, a refusal) carry only the key:
@@ -83,10 +98,12 @@ class OutboxTable(Database):
         )
         if newest is not None:
             rows.reverse()
-        return [
-            OutboxRow(row[0], OutboxItem(**dict(zip(_OUTBOX_FIELDS, row[3:], strict=True))), row[1], row[2])
-            for row in rows
-        ]
+        return [_row(row) for row in rows]
+
+
+def _row(row: Sequence[Any]) -> OutboxRow:
+    """An outbox row read as `id, platform_msg_id, created_at, <the item's fields>`."""
+    return OutboxRow(row[0], OutboxItem(**dict(zip(_OUTBOX_FIELDS, row[3:], strict=True))), row[1], row[2])
 
 
 class DuplicateOutbox(Exception):

@@ -626,6 +626,20 @@ def outbox_item(**fields: Any) -> OutboxItem:
     return OutboxItem(**{**base, **fields})
 
 
+async def test_a_failed_reply_is_reopened_once_however_many_ask(store: DatabaseStore) -> None:
+    reply, activity = await store.add_outbox(outbox_item(), outbox_item(kind="activity", text="⚙ x"))
+    for row_id in (reply, activity):
+        await store.mark_outbox(row_id, "failed", reason="the platform said no")
+    reopened = await asyncio.gather(*(store.reopen_failed(reply, "retried") for _ in range(5)))
+    won = [row for row in reopened if row is not None]
+    assert len(won) == 1
+    assert (won[0].id, won[0].item.state, won[0].item.reason) == (reply, "pending", "retried")
+    # Tool activity is never sent late; a row not failed is not reopened.
+    assert await store.reopen_failed(activity, "retried") is None
+    assert await store.reopen_failed(reply, "again") is None
+    assert [row.id for row in await store.outbox(state="failed")] == [activity]
+
+
 async def test_an_outbox_item_moves_from_pending_to_sent_with_its_message_id(store: DatabaseStore) -> None:
     session = await store.ensure_active_session("main")
     [item_id] = await store.add_outbox(outbox_item(session_id=session.id, session_key="main"))
