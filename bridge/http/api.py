@@ -13,6 +13,7 @@ from aiohttp import web
 from bridge.agent.trace import expand_trace
 from bridge.errors import SessionKeyError
 from bridge.gateway.policy import Place
+from bridge.http.replies import bad_request, body_of, not_found
 from bridge.sessions.keys import kind as key_kind
 from bridge.store.base import OutboxRow, OutboxState, SessionRow
 
@@ -56,8 +57,10 @@ class AdminApi:
         since = time.time() - minutes * 60 if minutes else None
         surface, kind, query = (request.query.get(name) for name in ("surface", "kind", "q"))
         found = []
-        # Filtered here, from a generous page of the newest: the store lists by activity only.
-        for summary in await self.bridge.store.list_sessions(limit=MAX_LIMIT * 4, active_since=since):
+        # Filtered here, from a generous page of the newest (the store lists by activity only); each
+        # session listed costs a count of its messages, so without filters only `limit` are read.
+        page = MAX_LIMIT * 4 if surface or kind or query else limit
+        for summary in await self.bridge.store.list_sessions(limit=page, active_since=since):
             row = summary.session
             if surface and row.surface != surface:
                 continue
@@ -106,9 +109,9 @@ class AdminApi:
 
     async def send(self, request: web.Request) -> web.Response:
         row = await self._active(request)
-        mode = str((await _body(request)).get("mode", "")).strip().lower()
+        mode = str((await body_of(request, forms=True)).get("mode", "")).strip().lower()
         if mode not in SEND_MODES:
-            raise _bad("mode must be on, off or inherit")
+            raise bad_request("mode must be on, off or inherit")
         said = await self.bridge.commands.send(row.key, mode, surface=row.surface or "", is_owner=True)
         return web.json_response({"ok": True, "said": said})
 
@@ -121,7 +124,7 @@ class AdminApi:
         key = _key(request)
         row = await self.bridge.store.active_session(key)
         if row is None:
-            raise _missing(f"no session {key}")
+            raise not_found(f"no session {key}")
         return row
 
     # ------------------------------------------------------------------ runs
@@ -138,7 +141,7 @@ class AdminApi:
         run_id = request.match_info["run_id"]
         row = await self.bridge.store.get_run(run_id)
         if row is None:
-            raise _missing(f"no run {run_id}")
+            raise not_found(f"no run {run_id}")
         trace = await self.bridge.store.get_trace(run_id)
         body = {"run": dataclasses.asdict(row), "trace": expand_trace(json.loads(trace)) if trace else None}
         return web.json_response(body, dumps=_dumps)
@@ -149,7 +152,7 @@ class AdminApi:
         """Outbox rows, newest first: ?state= (pending, sending, sent, suppressed, failed, uncertain)."""
         state = request.query.get("state")
         if state is not None and state not in OUTBOX_STATES:
-            raise _bad(f"state must be one of {', '.join(sorted(OUTBOX_STATES))}")
+            raise bad_request(f"state must be one of {', '.join(sorted(OUTBOX_STATES))}")
         rows = await self.bridge.store.outbox(
             state=_state(state) if state else None, newest=_limit(request, 100)
         )
@@ -160,11 +163,11 @@ class AdminApi:
         try:
             row_id = int(request.match_info["row_id"])
         except ValueError:
-            raise _bad("the row id is a number") from None
+            raise bad_request("the row id is a number") from None
         # Failed to pending in one conditional write: two retries at once send it once.
         row = await self.bridge.store.reopen_failed(row_id, "retried from the admin API")
         if row is None:
-            raise _missing(f"no failed reply or notice {row_id} (tool activity is never sent again)")
+            raise not_found(f"no failed reply or notice {row_id} (tool activity is never sent again)")
         self.bridge.delivery.deliver([row])
         return web.json_response({"ok": True, "row": _outbox(row)})
 
@@ -218,7 +221,7 @@ def _key(request: web.Request) -> str:
     try:
         key_kind(key)
     except SessionKeyError as exc:
-        raise _bad(f"not a session key: {exc}") from None
+        raise bad_request(f"not a session key: {exc}") from None
     return key
 
 
@@ -239,34 +242,10 @@ def _number(request: web.Request, name: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise _bad(f"{name} must be a number") from None
+        raise bad_request(f"{name} must be a number") from None
     if value < 0:
-        raise _bad(f"{name} must not be negative")
+        raise bad_request(f"{name} must not be negative")
     return value
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    if request.content_type == "application/json":
-        try:
-            data = await request.json()
-        except ValueError:
-            raise _bad("the body is not JSON") from None
-        if not isinstance(data, dict):
-            raise _bad("the body must be a JSON object")
-        return data
-    return dict(await request.post())
-
-
-def _bad(detail: str) -> web.HTTPBadRequest:
-    return web.HTTPBadRequest(
-        text=json.dumps({"error": "bad_request", "detail": detail}), content_type="application/json"
-    )
-
-
-def _missing(detail: str) -> web.HTTPNotFound:
-    return web.HTTPNotFound(
-        text=json.dumps({"error": "not_found", "detail": detail}), content_type="application/json"
-    )
 
 
 def _dumps(data: Any) -> str:

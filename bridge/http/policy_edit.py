@@ -4,11 +4,10 @@ into the config file (comments kept, written atomically) and make it live throug
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import tomlkit
 from aiohttp import web
@@ -18,6 +17,7 @@ from bridge.config import SendPolicySettings
 from bridge.config_io import settings_from_toml
 from bridge.errors import ConfigError, SessionKeyError
 from bridge.gateway.policy import Place, SendPolicy
+from bridge.http.replies import body_of
 from bridge.sessions.keys import parse
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class PolicyEditor:
 
     async def explain(self, request: web.Request) -> web.Response:
         """Each rule of the draft (or of the live policy), whether it matches the key, what decides."""
-        body = await _json(request)
+        body = await body_of(request)
         key = str(body.get("key", ""))
         try:
             parse(key)
@@ -82,7 +82,7 @@ class PolicyEditor:
             return _refused(
                 "config_file", "bridge run was started without a config file; start it with --config PATH"
             )
-        draft = await _json(request)
+        draft = await body_of(request)
         try:
             wanted = SendPolicySettings.model_validate(draft)
         except ValidationError as exc:
@@ -147,22 +147,6 @@ def _replace_file(path: Path, text: str) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-
-
-async def _json(request: web.Request) -> dict[str, Any]:
-    try:
-        data = await request.json()
-    except ValueError:
-        raise web.HTTPBadRequest(
-            text=json.dumps({"error": "bad_request", "detail": "the body must be JSON"}),
-            content_type="application/json",
-        ) from None
-    if not isinstance(data, dict):
-        raise web.HTTPBadRequest(
-            text=json.dumps({"error": "bad_request", "detail": "the body must be a JSON object"}),
-            content_type="application/json",
-        )
-    return data
 
 
 def _invalid(exc: ValidationError) -> web.Response:
