@@ -16,7 +16,8 @@ from bridge.app import Bridge
 from bridge.config import Settings
 from bridge.events import Inbound, Outbound, Route
 from bridge.llm.base import ChatMessage, Completion, ToolCall
-from bridge.store.sqlite_engine import SQLiteEngine, Trips
+from bridge.store.sqlite_batch import Trips
+from bridge.store.sqlite_engine import SQLiteEngine
 
 TURNS = 20
 CONCURRENCY = (1, 100, 1_000)

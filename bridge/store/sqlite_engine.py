@@ -5,62 +5,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import sqlite3
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TypeVar
 
 from bridge.errors import StoreError
 from bridge.store.engine import Work
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from bridge.store.sqlite_batch import (
+    CHECK_PATH,
+    DatabaseThread,
+    Job,
+    Mode,
+    Outcome,
+    Trips,
+    commit,
+    resolve,
+)
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-# How many queued writes one transaction may carry. Each is a savepoint; the commit is shared.
-BATCH_LIMIT = 256
 # The loop's connection never checkpoints (a checkpoint syncs the file to disk, which may take
 # milliseconds): every this many of its commits, the writer thread checkpoints instead. About 1,000
 # WAL pages, SQLite's own default, at a few pages a commit.
 CHECKPOINT_EVERY = 250
-
-_CHECK_PATH = "check the permissions of the folder and the free disk space"
-
-Mode = Literal["raw", "write", "read", "snapshot"]
-
-
-@dataclass(slots=True)
-class _Job:
-    fn: Callable[[sqlite3.Connection], Any]
-    mode: Mode
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop = field(repr=False)
-    # Called on the loop once the job has run, whether or not anyone still waits for its future.
-    done: Callable[[], None] | None = None
-
-
-@dataclass(slots=True)
-class Trips:
-    """The engine's work, counted for the benchmarks: writes asked, the transactions that carried
-    them, reads, and how many of them crossed to a thread."""
-
-    writes: int = 0
-    commits: int = 0
-    reads: int = 0
-    # Jobs handed to a thread (reads, and writes that could not run on the loop): the trips that
-    # cost a wake-up of another thread and a wait for it.
-    thread_jobs: int = 0
-
-
-@dataclass(slots=True)
-class _Outcome:
-    job: _Job
-    value: Any = None
-    error: BaseException | None = None
 
 
 class SQLiteEngine:
@@ -95,13 +66,13 @@ class SQLiteEngine:
         self.label = f"database {self.path}"
         # One writer at a time (the file's lock): ids are handed out, and committed, in order.
         self.ids_in_commit_order = True
-        self._writer: _DatabaseThread | None = None
-        self._reader: _DatabaseThread | None = None
+        self._writer: DatabaseThread | None = None
+        self._reader: DatabaseThread | None = None
         # The loop's connection, and the loop it belongs to (None for ":memory:", which is private to
         # one connection: there everything runs on the writer thread).
         self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._batch: list[_Job] = []
+        self._batch: list[Job] = []
         self._flush_at: asyncio.Handle | None = None
         # Writes handed to the writer thread and not yet done: while there are any, the writes queued
         # after them wait, so none overtakes another.
@@ -115,12 +86,12 @@ class SQLiteEngine:
         in_memory = str(self.path) == ":memory:"
         if not in_memory:
             _make_folder(self.path, "open database")
-        self._writer = _DatabaseThread(f"bridge-db-writer {self.path}", self.label, self._connect, self.trips)
+        self._writer = DatabaseThread(f"bridge-db-writer {self.path}", self.label, self._connect, self.trips)
         try:
             await self._call(self._writer, "raw", self._prepare)
             if not in_memory:
                 # An in-memory database is private to its connection: it is read where it is written.
-                self._reader = _DatabaseThread(
+                self._reader = DatabaseThread(
                     f"bridge-db-reader {self.path}", self.label, self._connect_reader, self.trips
                 )
                 await self._call(self._reader, "raw", lambda conn: None)
@@ -140,20 +111,19 @@ class SQLiteEngine:
     async def close(self) -> None:
         # What was queued on the loop is written before anything closes.
         self._flush_now()
-        conn, self._conn, self._loop = self._conn, None, None
-        threads = [t for t in (self._reader, self._writer) if t is not None]
-        self._writer = self._reader = None
+        conn, reader, writer = self._conn, self._reader, self._writer
+        self._conn = self._loop = self._reader = self._writer = None
         # The reader first, then the loop's connection, and the writer's last: the last connection
         # to close checkpoints the WAL into the file and removes it, and that must be the writer's
         # (the reader may not write, the loop's must not sync).
-        for thread in threads:
-            if conn is not None and thread.name.startswith("bridge-db-writer"):
-                conn.close()
-                conn = None
-            thread.stop()
-            await asyncio.to_thread(thread.join)
+        if reader is not None:
+            reader.stop()
+            await asyncio.to_thread(reader.join)
         if conn is not None:
             conn.close()
+        if writer is not None:
+            writer.stop()
+            await asyncio.to_thread(writer.join)
 
     async def write(self, work: Work[T], *, slow: bool = False) -> T:
         self.trips.writes += 1
@@ -163,7 +133,7 @@ class SQLiteEngine:
         if slow or self._conn is None or loop is not self._loop:
             return await self._to_writer(work)
         future: asyncio.Future[T] = loop.create_future()
-        self._batch.append(_Job(work, "write", future, loop))
+        self._batch.append(Job(work, "write", future, loop))
         self._schedule_flush()
         return await self._outcome(future)
 
@@ -200,7 +170,7 @@ class SQLiteEngine:
                 with contextlib.closing(sqlite3.connect(target)) as into:
                     conn.backup(into)
             except sqlite3.Error as exc:
-                raise StoreError(f"cannot write {target}: {exc}", remedy=_CHECK_PATH) from None
+                raise StoreError(f"cannot write {target}: {exc}", remedy=CHECK_PATH) from None
 
         await self._call(self._reader or self._open_writer(), "raw", copy)
 
@@ -224,13 +194,13 @@ class SQLiteEngine:
             return
         conn = self._conn
         if conn is None:
-            _resolve([_Outcome(job, error=StoreError("store is closed")) for job in batch])
+            resolve([Outcome(job, error=StoreError("store is closed")) for job in batch])
             return
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc):
-                _resolve([_Outcome(job, error=exc) for job in batch])
+                resolve([Outcome(job, error=exc) for job in batch])
                 return
             log.info("%s is locked by another process; writing on the writer thread meanwhile", self.label)
             writer = self._open_writer()
@@ -238,7 +208,7 @@ class SQLiteEngine:
                 self._hand_over(writer, job)
             return
         self.trips.commits += 1
-        _resolve(_commit(conn, batch, begun=True))
+        resolve(commit(conn, batch, begun=True))
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= CHECKPOINT_EVERY and self._writer is not None:
             self._commits_since_checkpoint = 0
@@ -246,7 +216,7 @@ class SQLiteEngine:
             ran: asyncio.Future[None] = loop.create_future()
             # Nobody waits for it; a checkpoint refused because the store closed is no error.
             ran.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._writer.submit(_Job(_checkpoint, "raw", ran, loop))
+            self._writer.submit(Job(_checkpoint, "raw", ran, loop))
 
     def _schedule_flush(self) -> None:
         if self._flush_at is None and not self._on_thread and self._loop is not None:
@@ -268,10 +238,10 @@ class SQLiteEngine:
     async def _to_writer(self, work: Work[T]) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._hand_over(self._open_writer(), _Job(work, "write", future, loop))
+        self._hand_over(self._open_writer(), Job(work, "write", future, loop))
         return await self._outcome(future)
 
-    def _hand_over(self, writer: _DatabaseThread, job: _Job) -> None:
+    def _hand_over(self, writer: DatabaseThread, job: Job) -> None:
         self._on_thread += 1
         self.trips.thread_jobs += 1
         job.done = self._thread_write_done
@@ -370,176 +340,17 @@ class SQLiteEngine:
 
     # ---------------------------------------------------------------- plumbing
 
-    def _open_writer(self) -> _DatabaseThread:
+    def _open_writer(self) -> DatabaseThread:
         if self._writer is None:
             raise StoreError("store is not open")
         return self._writer
 
-    async def _call(self, thread: _DatabaseThread, mode: Mode, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _call(self, thread: DatabaseThread, mode: Mode, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self.trips.thread_jobs += 1
-        thread.submit(_Job(fn, mode, future, loop))
+        thread.submit(Job(fn, mode, future, loop))
         return await self._outcome(future)
-
-
-class _DatabaseThread(threading.Thread):
-    """A thread that owns one connection and runs queued jobs on it; writes waiting together share
-    one transaction."""
-
-    def __init__(
-        self, name: str, label: str, connect: Callable[[], sqlite3.Connection], trips: Trips
-    ) -> None:
-        # A daemon, so a store nobody closed cannot hold the process open; SQLite survives the cut.
-        super().__init__(name=name, daemon=True)
-        self._connect = connect
-        self._label = label
-        self._trips = trips
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.start()
-
-    def submit(self, job: _Job) -> None:
-        self._jobs.put(job)
-
-    def stop(self) -> None:
-        self._jobs.put(None)
-
-    def run(self) -> None:
-        try:
-            conn = self._connect()
-        except sqlite3.Error as exc:
-            self._refuse_rest(StoreError(f"cannot open {self._label}: {exc}", remedy=_CHECK_PATH), wait=True)
-            return
-        try:
-            self._serve(conn)
-        finally:
-            conn.close()
-            # A job queued while the store was closing would otherwise wait for ever.
-            self._refuse_rest(StoreError("store is closed"), wait=False)
-
-    def _serve(self, conn: sqlite3.Connection) -> None:
-        waiting: _Job | None = None
-        while True:
-            job = waiting if waiting is not None else self._jobs.get()
-            waiting = None
-            if job is None:
-                return
-            if job.mode != "write":
-                _settle([_run_one(conn, job)])
-                continue
-            batch, stopping = [job], False
-            while len(batch) < BATCH_LIMIT:
-                try:
-                    queued = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if queued is not None and queued.mode == "write":
-                    batch.append(queued)
-                    continue
-                waiting, stopping = queued, queued is None
-                break
-            self._trips.commits += 1
-            _settle(_commit(conn, batch))
-            if stopping:
-                return
-
-    def _refuse_rest(self, error: StoreError, *, wait: bool) -> None:
-        """Fail queued jobs: until the stop sentinel (`wait`), or those already queued."""
-        while True:
-            try:
-                job = self._jobs.get() if wait else self._jobs.get_nowait()
-            except queue.Empty:
-                return
-            if job is None:
-                wait = False
-                continue
-            _settle([_Outcome(job, error=error)])
-
-
-def _run_one(conn: sqlite3.Connection, job: _Job) -> _Outcome:
-    try:
-        if job.mode == "snapshot":
-            # One deferred transaction, so the reads agree with each other.
-            conn.execute("BEGIN")
-            try:
-                return _Outcome(job, job.fn(conn))
-            finally:
-                conn.execute("COMMIT")
-        return _Outcome(job, job.fn(conn))
-    except BaseException as exc:
-        return _Outcome(job, error=exc)
-
-
-def _commit(conn: sqlite3.Connection, batch: list[_Job], *, begun: bool = False) -> list[_Outcome]:
-    """Run `batch` as one transaction (`begun`: already begun), each job in its own savepoint, with
-    one commit. When the database itself fails (locked, full), each job is run again alone, so one
-    job's trouble (a write too big for the disk) does not fail the others."""
-    try:
-        if not begun:
-            conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        return [_Outcome(job, error=exc) for job in batch]
-    if len(batch) == 1:
-        job = batch[0]
-        try:
-            value = job.fn(conn)
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            _rollback(conn)
-            return [_Outcome(job, error=exc)]
-        return [_Outcome(job, value)]
-    outcomes: list[_Outcome] = []
-    try:
-        for job in batch:
-            outcomes.append(_in_savepoint(conn, job))
-        conn.execute("COMMIT")
-    except sqlite3.OperationalError:
-        _rollback(conn)
-        return [outcome for job in batch for outcome in _commit(conn, [job])]
-    return outcomes
-
-
-def _in_savepoint(conn: sqlite3.Connection, job: _Job) -> _Outcome:
-    conn.execute("SAVEPOINT job")
-    try:
-        value = job.fn(conn)
-    except sqlite3.OperationalError:
-        raise
-    except BaseException as exc:
-        conn.execute("ROLLBACK TO job")
-        conn.execute("RELEASE job")
-        return _Outcome(job, error=exc)
-    conn.execute("RELEASE job")
-    return _Outcome(job, value)
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-
-
-def _settle(outcomes: list[_Outcome]) -> None:
-    """Hand results back to their loops: one wake-up per loop for the whole batch."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
-    for outcome in outcomes:
-        by_loop.setdefault(outcome.job.loop, []).append(outcome)
-    for loop, done in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the loop closed while the job ran
-            loop.call_soon_threadsafe(_resolve, done)
-
-
-def _resolve(outcomes: list[_Outcome]) -> None:
-    for outcome in outcomes:
-        if outcome.job.done is not None:
-            outcome.job.done()
-        future = outcome.job.future
-        if future.done():  # the caller was cancelled; the work itself still ran to its end
-            continue
-        if outcome.error is not None:
-            future.set_exception(outcome.error)
-        else:
-            future.set_result(outcome.value)
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -563,7 +374,7 @@ def _make_folder(path: Path, what: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(
-            f"cannot {what} {path}: cannot create its folder ({exc.strerror})", remedy=_CHECK_PATH
+            f"cannot {what} {path}: cannot create its folder ({exc.strerror})", remedy=CHECK_PATH
         ) from None
 
 

@@ -1,0 +1,210 @@
+"""SQLite's group commit and its threads: jobs on one connection, writes waiting together committed in
+one transaction, each in a savepoint of its own, and the results handed back to their event loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bridge.errors import StoreError
+
+# How many queued writes one transaction may carry. Each is a savepoint; the commit is shared.
+BATCH_LIMIT = 256
+CHECK_PATH = "check the permissions of the folder and the free disk space"
+
+Mode = Literal["raw", "write", "read", "snapshot"]
+
+
+@dataclass(slots=True)
+class Job:
+    fn: Callable[[sqlite3.Connection], Any]
+    mode: Mode
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop = field(repr=False)
+    # Called on the loop once the job has run, whether or not anyone still waits for its future.
+    done: Callable[[], None] | None = None
+
+
+@dataclass(slots=True)
+class Trips:
+    """The engine's work, counted for the benchmarks: writes asked, the transactions that carried
+    them, reads, and how many of them crossed to a thread."""
+
+    writes: int = 0
+    commits: int = 0
+    reads: int = 0
+    # Jobs handed to a thread (reads, and writes that could not run on the loop): the trips that
+    # cost a wake-up of another thread and a wait for it.
+    thread_jobs: int = 0
+
+
+@dataclass(slots=True)
+class Outcome:
+    job: Job
+    value: Any = None
+    error: BaseException | None = None
+
+
+class DatabaseThread(threading.Thread):
+    """A thread that owns one connection and runs queued jobs on it; writes waiting together share
+    one transaction."""
+
+    def __init__(
+        self, name: str, label: str, connect: Callable[[], sqlite3.Connection], trips: Trips
+    ) -> None:
+        # A daemon, so a store nobody closed cannot hold the process open; SQLite survives the cut.
+        super().__init__(name=name, daemon=True)
+        self._connect = connect
+        self._label = label
+        self._trips = trips
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self.start()
+
+    def submit(self, job: Job) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def run(self) -> None:
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            self._refuse_rest(StoreError(f"cannot open {self._label}: {exc}", remedy=CHECK_PATH), wait=True)
+            return
+        try:
+            self._serve(conn)
+        finally:
+            conn.close()
+            # A job queued while the store was closing would otherwise wait for ever.
+            self._refuse_rest(StoreError("store is closed"), wait=False)
+
+    def _serve(self, conn: sqlite3.Connection) -> None:
+        waiting: Job | None = None
+        while True:
+            job = waiting if waiting is not None else self._jobs.get()
+            waiting = None
+            if job is None:
+                return
+            if job.mode != "write":
+                settle([run_one(conn, job)])
+                continue
+            batch, stopping = [job], False
+            while len(batch) < BATCH_LIMIT:
+                try:
+                    queued = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if queued is not None and queued.mode == "write":
+                    batch.append(queued)
+                    continue
+                waiting, stopping = queued, queued is None
+                break
+            self._trips.commits += 1
+            settle(commit(conn, batch))
+            if stopping:
+                return
+
+    def _refuse_rest(self, error: StoreError, *, wait: bool) -> None:
+        """Fail queued jobs: until the stop sentinel (`wait`), or those already queued."""
+        while True:
+            try:
+                job = self._jobs.get() if wait else self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is None:
+                wait = False
+                continue
+            settle([Outcome(job, error=error)])
+
+
+def run_one(conn: sqlite3.Connection, job: Job) -> Outcome:
+    try:
+        if job.mode == "snapshot":
+            # One deferred transaction, so the reads agree with each other.
+            conn.execute("BEGIN")
+            try:
+                return Outcome(job, job.fn(conn))
+            finally:
+                conn.execute("COMMIT")
+        return Outcome(job, job.fn(conn))
+    except BaseException as exc:
+        return Outcome(job, error=exc)
+
+
+def commit(conn: sqlite3.Connection, batch: list[Job], *, begun: bool = False) -> list[Outcome]:
+    """Run `batch` as one transaction (`begun`: already begun), each job in its own savepoint, with
+    one commit. When the database itself fails (locked, full), each job is run again alone, so one
+    job's trouble (a write too big for the disk) does not fail the others."""
+    try:
+        if not begun:
+            conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        return [Outcome(job, error=exc) for job in batch]
+    if len(batch) == 1:
+        job = batch[0]
+        try:
+            value = job.fn(conn)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            rollback(conn)
+            return [Outcome(job, error=exc)]
+        return [Outcome(job, value)]
+    outcomes: list[Outcome] = []
+    try:
+        for job in batch:
+            outcomes.append(in_savepoint(conn, job))
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError:
+        rollback(conn)
+        return [outcome for job in batch for outcome in commit(conn, [job])]
+    return outcomes
+
+
+def in_savepoint(conn: sqlite3.Connection, job: Job) -> Outcome:
+    conn.execute("SAVEPOINT job")
+    try:
+        value = job.fn(conn)
+    except sqlite3.OperationalError:
+        raise
+    except BaseException as exc:
+        conn.execute("ROLLBACK TO job")
+        conn.execute("RELEASE job")
+        return Outcome(job, error=exc)
+    conn.execute("RELEASE job")
+    return Outcome(job, value)
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def settle(outcomes: list[Outcome]) -> None:
+    """Hand results back to their loops: one wake-up per loop for the whole batch."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome.job.loop, []).append(outcome)
+    for loop, done in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop closed while the job ran
+            loop.call_soon_threadsafe(resolve, done)
+
+
+def resolve(outcomes: list[Outcome]) -> None:
+    for outcome in outcomes:
+        if outcome.job.done is not None:
+            outcome.job.done()
+        future = outcome.job.future
+        if future.done():  # the caller was cancelled; the work itself still ran to its end
+            continue
+        if outcome.error is not None:
+            future.set_exception(outcome.error)
+        else:
+            future.set_result(outcome.value)
