@@ -80,6 +80,8 @@ class Bridge:
         self._watching: asyncio.Task[None] | None = None
         # This worker's part in sharing the runs with others on one PostgreSQL database (bridge run).
         self.share: WorkShare | None = None
+        # The newest outbox row when this process began: recover() sends only what a crash left open.
+        self._left_over: int | None = None
         self.leases: PgLeases | None = None
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
@@ -161,6 +163,9 @@ class Bridge:
             # Runs a crash cut short are closed, and their notices queued in the same transaction: a
             # second crash before they go out cannot lose them. recover() sends them.
             await self.store.abort_interrupted_runs(self.dispatcher.interrupted_notices)
+            # What recover() is to send: the rows open now. Rows written after this are the live
+            # traffic's, already on their way (the adapters listen before recover() runs).
+            self._left_over = await self.store.last_outbox_id()
             if self.settings.runs.keep_traces:
                 await self.store.prune_traces(self.settings.runs.keep_traces)
             # Last: a start that fails above must not leave a watcher that would end the process.
@@ -228,7 +233,7 @@ class Bridge:
             await self.share.start()
             return
         # Queued first, so in each chat they go before anything the resumed answers send.
-        undelivered = await self.delivery.recover()
+        undelivered = await self.delivery.recover(upto=self._left_over)
         await self.dispatcher.resume()
         await asyncio.gather(*undelivered, return_exceptions=True)
 

@@ -148,7 +148,7 @@ class Delivery:
         return result
 
     async def recover(
-        self, rows: Sequence[OutboxRow] | None = None
+        self, rows: Sequence[OutboxRow] | None = None, *, upto: int | None = None
     ) -> list[asyncio.Future[list[str | None]]]:
         """Queue what a crash left undelivered (or the given rows, a dead worker's), oldest first in
         each chat; the futures resolve once each chat's share has gone.
@@ -157,12 +157,14 @@ class Delivery:
         may have it: it goes again where the platform drops repeats (a stored nonce), or where
         [delivery] resend_uncertain allows; otherwise it is marked `uncertain`. Tool activity of a run
         that no longer exists would only confuse, so it is marked failed instead of sent. Rows of a
-        surface this process does not serve are left for the process that does.
+        surface this process does not serve are left for the process that does. `upto`: only rows up
+        to this id, those open before this process began; later ones are already in the courier's
+        hands, and queuing them again would send them twice.
         """
         if self.store is None:
             return []
         by_chat: defaultdict[tuple[str, str], list[OutboxRow]] = defaultdict(list)
-        for row in rows if rows is not None else await self.store.outbox(state=OPEN_STATES):
+        for row in rows if rows is not None else await self.store.outbox(state=OPEN_STATES, upto=upto):
             item = row.item
             if item.surface not in self._senders:
                 continue

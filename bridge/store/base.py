@@ -377,6 +377,10 @@ class Store(Protocol):
         """Raise unless the database answers a trivial read."""
         ...
 
+    async def last_outbox_id(self) -> int:
+        """The newest outbox row's id, 0 when there is none."""
+        ...
+
     async def outbox_counts(self) -> dict[str, int]:
         """How many rows the outbox holds in each state."""
         ...
@@ -387,8 +391,10 @@ class Store(Protocol):
         session_id: str | None = None,
         state: OutboxState | Collection[OutboxState] | None = None,
         newest: int | None = None,
+        upto: int | None = None,
     ) -> list[OutboxRow]:
-        """Rows in id order (per chat, the order they go out); `newest`: only the last so many."""
+        """Rows in id order (per chat, the order they go out); `newest`: only the last so many;
+        `upto`: only those with ids up to it."""
         ...
 
     # memories

@@ -66,6 +66,10 @@ class OutboxTable(Database):
             )
         )
 
+    async def last_outbox_id(self) -> int:
+        """The newest row's id (0 for none)."""
+        return int(await self._scalar("SELECT COALESCE(MAX(id), 0) FROM outbox") or 0)
+
     async def outbox_counts(self) -> dict[str, int]:
         """Rows of every state (a scan of the table: for metrics, read off the event loop)."""
         rows = await self._rows("SELECT state, COUNT(*) FROM outbox GROUP BY state")
@@ -77,9 +81,13 @@ class OutboxTable(Database):
         session_id: str | None = None,
         state: OutboxState | Collection[OutboxState] | None = None,
         newest: int | None = None,
+        upto: int | None = None,
     ) -> list[OutboxRow]:
         where: list[str] = ["1 = 1"]
         params: list[object] = []
+        if upto is not None:
+            where.append("id <= ?")
+            params.append(upto)
         if session_id is not None:
             where.append("session_id = ?")
             params.append(session_id)

@@ -122,3 +122,38 @@ async def test_a_message_waiting_behind_an_answer_at_shutdown_is_answered_at_the
             await asyncio.wait_for(h.bridge.lanes.idle(), 10)
             assert h.sender.of("reply") == ["answer to: second"]
     assert_intact(tmp_path / "bridge.db", ["first", "second"])
+
+
+async def test_a_reply_written_while_start_up_recovery_reads_the_outbox_is_sent_once(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # `bridge run` starts listening, then catches up in the background: a message answered in
+    # between has its reply rows open (pending, then sending) when the catch-up reads the outbox.
+    fake_llm.push(fake.text("answered while catching up"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        sender, store = h.sender, h.bridge.store
+        real_send, real_outbox = sender.send, store.outbox
+        on_its_way, release, looked = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def slow_send(item: Any) -> str | None:
+            on_its_way.set()  # marked `sending`, handed to the platform
+            await release.wait()
+            return await real_send(item)
+
+        async def outbox_then_tell(**kwargs: Any) -> Any:
+            found = await real_outbox(**kwargs)
+            looked.set()
+            return found
+
+        sender.send = slow_send  # type: ignore[method-assign]
+        store.outbox = outbox_then_tell  # type: ignore[method-assign]
+        done = await h.bridge.handle(h.inbound("hello"))
+        assert done is not None
+        await asyncio.wait_for(on_its_way.wait(), 10)
+        catching_up = asyncio.create_task(h.bridge.recover())
+        await asyncio.wait_for(looked.wait(), 10)  # the catch-up has read the outbox
+        await asyncio.sleep(0)  # and queued what it found
+        release.set()
+        await asyncio.wait_for(asyncio.gather(done, catching_up), 10)
+        await h.bridge.delivery.idle()
+        assert sender.of("reply") == ["answered while catching up"]
