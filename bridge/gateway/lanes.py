@@ -61,6 +61,11 @@ class Lanes:
         """Messages waiting for a run, all keys together."""
         return sum(self.queued(key) for key in self._lanes)
 
+    def active(self) -> list[tuple[str, bool, int]]:
+        """Each key with a run in progress or messages waiting: (key, running, waiting)."""
+        states = ((key, self.busy(key), self.queued(key)) for key in list(self._lanes))
+        return [state for state in states if state[1] or state[2]]
+
     def schedule(self, key: str, job: Job, *, merge: bool = True) -> asyncio.Future[None]:
         """Run `job` in the key's lane (after the work queued before it); the future resolves when
         it is done, or when /clear or /stop drops it."""

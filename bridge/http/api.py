@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bridge.agent.trace import expand_trace
 from bridge.errors import SessionKeyError
-from bridge.gateway.policy import Place
 from bridge.http.replies import bad_request, body_of, not_found
+from bridge.http.views import MAX_LIMIT, SessionFilter, find_sessions, outbox_json, run_detail, session_detail
 from bridge.sessions.keys import kind as key_kind
-from bridge.store.base import OutboxRow, OutboxState, SessionRow
+from bridge.store.base import OutboxState, SessionRow
 
 if TYPE_CHECKING:
     from bridge.app import Bridge
@@ -24,7 +22,6 @@ if TYPE_CHECKING:
 KEEPALIVE_S = 15.0
 OUTBOX_STATES = frozenset({"pending", "sending", "sent", "suppressed", "failed", "uncertain"})
 SEND_MODES = frozenset({"on", "off", "inherit"})
-MAX_LIMIT = 500
 
 
 class AdminApi:
@@ -52,53 +49,14 @@ class AdminApi:
     async def sessions(self, request: web.Request) -> web.Response:
         """Active sessions, newest activity first: ?surface=, ?kind=, ?active_minutes=, ?q= (key or
         name), ?limit=."""
-        limit = _limit(request, 100)
-        minutes = _number(request, "active_minutes")
-        since = time.time() - minutes * 60 if minutes else None
         surface, kind, query = (request.query.get(name) for name in ("surface", "kind", "q"))
-        found = []
-        # Filtered here, from a generous page of the newest (the store lists by activity only); each
-        # session listed costs a count of its messages, so without filters only `limit` are read.
-        page = MAX_LIMIT * 4 if surface or kind or query else limit
-        for summary in await self.bridge.store.list_sessions(limit=page, active_since=since):
-            row = summary.session
-            if surface and row.surface != surface:
-                continue
-            if kind and _kind(row.key) != kind:
-                continue
-            if query and query.lower() not in f"{row.key} {row.display_name or ''}".lower():
-                continue
-            found.append({**_session(row), "messages": summary.message_count})
-            if len(found) >= limit:
-                break
-        return web.json_response({"sessions": found})
+        wanted = SessionFilter(surface, kind, query, _number(request, "active_minutes"), _limit(request, 100))
+        return web.json_response({"sessions": await find_sessions(self.bridge, wanted)})
 
     async def session(self, request: web.Request) -> web.Response:
-        """One session: its history with tool calls and results, loaded groups, memories, policy
-        with its explanation, model profile, queue depth and runs."""
+        """One session in full (see views.session_detail)."""
         row = await self._active(request)
-        store, bridge = self.bridge.store, self.bridge
-        limit = _limit(request, 200)
-        history = await store.history(row.id, limit)
-        place = Place.of(row.key, row.surface)
-        decision = bridge.gate.decide_for(row.key, row.surface, row)
-        runs = await store.list_runs(session_key=row.key, limit=20)
-        body = {
-            "session": _session(row),
-            "history": [dataclasses.asdict(message) for message in history],
-            "loaded_groups": sorted(bridge.registry.known_groups(await store.loaded_groups(row.id))),
-            "memories": await store.memories(row.key, bridge.settings.agent.memory_limit),
-            "policy": {
-                "action": decision.action,
-                "reason": decision.reason,
-                "override": row.send_policy,
-                "explain": bridge.policy.explain(place, row.send_policy),
-            },
-            "model_profile": row.model_profile or "default",
-            "queue_depth": bridge.lanes.queued(row.key),
-            "running": bridge.lanes.busy(row.key),
-            "runs": [dataclasses.asdict(run) for run, _ in runs],
-        }
+        body = await session_detail(self.bridge, row, _limit(request, 200))
         return web.json_response(body, dumps=_dumps)
 
     async def clear(self, request: web.Request) -> web.Response:
@@ -139,11 +97,9 @@ class AdminApi:
 
     async def run(self, request: web.Request) -> web.Response:
         run_id = request.match_info["run_id"]
-        row = await self.bridge.store.get_run(run_id)
-        if row is None:
+        body = await run_detail(self.bridge, run_id)
+        if body is None:
             raise not_found(f"no run {run_id}")
-        trace = await self.bridge.store.get_trace(run_id)
-        body = {"run": dataclasses.asdict(row), "trace": expand_trace(json.loads(trace)) if trace else None}
         return web.json_response(body, dumps=_dumps)
 
     # ------------------------------------------------------------------ outbox
@@ -156,7 +112,7 @@ class AdminApi:
         rows = await self.bridge.store.outbox(
             state=_state(state) if state else None, newest=_limit(request, 100)
         )
-        return web.json_response({"outbox": [_outbox(row) for row in reversed(rows)]})
+        return web.json_response({"outbox": [outbox_json(row) for row in reversed(rows)]})
 
     async def retry(self, request: web.Request) -> web.Response:
         """Send a failed row again, after what its chat already waits for."""
@@ -169,7 +125,7 @@ class AdminApi:
         if row is None:
             raise not_found(f"no failed reply or notice {row_id} (tool activity is never sent again)")
         self.bridge.delivery.deliver([row])
-        return web.json_response({"ok": True, "row": _outbox(row)})
+        return web.json_response({"ok": True, "row": outbox_json(row)})
 
     # ------------------------------------------------------------------ live
 
@@ -194,26 +150,6 @@ class AdminApi:
                     continue
                 data = json.dumps({**event.data, "at": event.at}, default=str)
                 await response.write(f"event: {event.kind}\ndata: {data}\n\n".encode())
-
-
-def _session(row: SessionRow) -> dict[str, Any]:
-    return {**dataclasses.asdict(row), "kind": _kind(row.key)}
-
-
-def _outbox(row: OutboxRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "platform_msg_id": row.platform_msg_id,
-        "created_at": row.created_at,
-        **dataclasses.asdict(row.item),
-    }
-
-
-def _kind(key: str) -> str:
-    try:
-        return str(key_kind(key))
-    except SessionKeyError:
-        return "unknown"
 
 
 def _key(request: web.Request) -> str:

@@ -22,8 +22,10 @@ log = logging.getLogger(__name__)
 COOKIE = "bridge_admin"
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf"
-# Routes anyone may reach: the login form itself.
+# Routes anyone may reach: the login form itself, and the stylesheet and script it uses (the same
+# files for everyone, shipped in the package; nothing in them is secret).
 OPEN_PATHS = frozenset({"/login"})
+OPEN_PREFIX = "/static/"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # A wrong token costs its sender this long: cheap for a person, slow for a guesser.
 WRONG_TOKEN_DELAY_S = 0.5
@@ -100,7 +102,9 @@ class AdminAuth:
     def middleware(self) -> Middleware:
         @web.middleware
         async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-            if request.path in OPEN_PATHS:
+            if request.path in OPEN_PATHS or (
+                request.path.startswith(OPEN_PREFIX) and request.method in SAFE_METHODS
+            ):
                 return await handler(request)
             who = self.who(request)
             if who is None:

@@ -1,9 +1,8 @@
-"""The admin server inside `bridge run`: login, /healthz, /readyz, /metrics and the overview page."""
+"""The admin server inside `bridge run`: login, /healthz, /readyz, /metrics, the API and the dashboard."""
 
 from __future__ import annotations
 
 import asyncio
-import html
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,13 +15,14 @@ from bridge.errors import ConfigError
 from bridge.http.api import AdminApi
 from bridge.http.auth import (
     COOKIE,
-    CSRF_FIELD,
     WRONG_TOKEN_DELAY_S,
     AdminAuth,
     admin_token,
     local_path,
     same_origin,
 )
+from bridge.http.dashboard import Dashboard
+from bridge.http.pages import Pages
 from bridge.http.policy_edit import PolicyEditor
 from bridge.metrics import CONTENT_TYPE_LATEST
 
@@ -59,6 +59,7 @@ class AdminServer:
         self.editor = PolicyEditor(bridge, config_path, reloader)
         token, self.token_path = admin_token(settings)
         self.auth = AdminAuth(token)
+        self.pages = Pages(settings.agent.timezone)
         self._runner: web.AppRunner | None = None
 
     @property
@@ -67,7 +68,6 @@ class AdminServer:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth.middleware()])
-        app.router.add_get("/", self.overview)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
@@ -76,6 +76,8 @@ class AdminServer:
         app.router.add_post("/logout", self.logout)
         AdminApi(self.bridge).routes(app)
         self.editor.routes(app)
+        editable = self.editor.path is not None
+        Dashboard(self.bridge, self._platforms, self.pages, self.auth.csrf, editable=editable).routes(app)
         return app
 
     async def start(self) -> None:
@@ -141,34 +143,11 @@ class AdminServer:
 
     # ------------------------------------------------------------------ pages
 
-    async def overview(self, request: web.Request) -> web.Response:
-        lanes = self.bridge.lanes
-        rows = "".join(
-            f"<tr><td>{html.escape(name)}</td><td>{html.escape(state)}</td></tr>"
-            for name, state in self._platforms().items()
-        )
-        body = (
-            "<h1>Bridge</h1>"
-            f"<p>Runs in progress: {lanes.running()} · messages waiting: {lanes.depth()}</p>"
-            f"<table><tr><th>platform</th><th>state</th></tr>{rows}</table>"
-            '<p><a href="/metrics">metrics</a> · <a href="/healthz">health</a> · '
-            '<a href="/readyz">ready</a></p>'
-            f'<form method="post" action="/logout"><input type="hidden" name="{CSRF_FIELD}" '
-            f'value="{self.auth.csrf}"><button>Log out</button></form>'
-        )
-        return _page("Bridge", body)
-
     async def login_form(self, request: web.Request, *, wrong: bool = False) -> web.Response:
-        target = html.escape(local_path(request.query.get("next", "/")))
-        note = '<p role="alert">That token is not right.</p>' if wrong else ""
-        body = (
-            f"<h1>Bridge admin</h1>{note}"
-            f'<form method="post" action="/login"><input type="hidden" name="next" value="{target}">'
-            '<label>Token <input type="password" name="token" autocomplete="current-password" autofocus '
-            "required></label> <button>Log in</button></form>"
-            "<p>The token is <code>[admin] token</code>, or what <code>bridge admin</code> prints.</p>"
+        target = local_path(request.query.get("next", "/"))
+        return self.pages.render(
+            "login.html", status=401 if wrong else 200, page="login", csrf="", target=target, wrong=wrong
         )
-        return _page("Log in · Bridge", body, status=401 if wrong else 200)
 
     async def login(self, request: web.Request) -> web.Response:
         if not same_origin(request):
@@ -200,26 +179,6 @@ def admin_url(settings: Settings) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{cfg.port}/"
-
-
-def _page(title: str, body: str, *, status: int = 200) -> web.Response:
-    page = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title>"
-        "<style>body{font-family:system-ui,sans-serif;max-width:48rem;margin:1rem auto;padding:0 1rem}"
-        "td,th{text-align:left;padding:.2rem .8rem .2rem 0}</style>"
-        f"</head><body>{body}</body></html>"
-    )
-    return web.Response(
-        text=page,
-        status=status,
-        content_type="text/html",
-        headers={
-            "X-Frame-Options": "DENY",
-            "Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'",
-        },
-    )
 
 
 __all__ = ["AdminServer", "admin_url"]

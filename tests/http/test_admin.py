@@ -103,7 +103,7 @@ async def test_logging_in_sets_an_httponly_strict_cookie_that_is_not_the_token(a
         assert TOKEN not in cookie
         page = await client.get("/")
     assert page.status_code == 200
-    assert "Runs in progress" in page.text
+    assert "runs in progress" in page.text
 
 
 async def test_a_wrong_token_at_the_login_form_sets_no_cookie_and_says_so(admin: Admin) -> None:

@@ -1,0 +1,195 @@
+"""The dashboard's pages: overview, sessions, a session as a chat, run timelines, outbox, policy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, get_args
+
+from aiohttp import web
+
+from bridge.config import known_surfaces
+from bridge.http.pages import Pages
+from bridge.http.views import SessionFilter, find_sessions, outbox_json, run_detail, session_detail
+from bridge.sessions.keys import Kind
+
+if TYPE_CHECKING:
+    from bridge.app import Bridge
+
+STATIC = Path(__file__).parent / "static"
+# Runs the overview counts from: enough for an hour of a busy bot, one indexed read.
+OVERVIEW_RUNS = 500
+TURNS_WINDOW_S = 600.0
+ERRORS_WINDOW_S = 3600.0
+OUTBOX_TABS = ("failed", "uncertain", "pending", "sending", "suppressed", "sent")
+# A session page shows this many of the newest messages; the API pages further.
+CHAT_MESSAGES = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One step of a run on its timeline, as parts of 1000 of the run's length."""
+
+    step: dict[str, Any]
+    start: int
+    width: int
+
+
+class Dashboard:
+    """GET routes rendering server-side HTML; every change is a POST to the JSON API, sent by
+    static/app.js with the page's CSRF value, so the dashboard and the API can never disagree."""
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        platforms: Callable[[], dict[str, str]],
+        pages: Pages,
+        csrf: str,
+        *,
+        editable: bool,
+    ) -> None:
+        self.bridge = bridge
+        # {platform: state}, from the server that knows the adapters.
+        self.platforms = platforms
+        self.pages = pages
+        self.csrf = csrf
+        # Whether the policy editor can save: only with a config file to write to.
+        self.editable = editable
+
+    def routes(self, app: web.Application) -> None:
+        add = app.router
+        add.add_get("/", self.overview)
+        add.add_get("/sessions", self.sessions)
+        add.add_get("/sessions/{key}", self.session)
+        add.add_get("/runs", self.runs)
+        add.add_get("/runs/{run_id}", self.run)
+        add.add_get("/outbox", self.outbox)
+        add.add_get("/policy", self.policy)
+        add.add_static("/static/", STATIC, append_version=False)
+
+    def render(self, template: str, page: str, *, status: int = 200, **context: Any) -> web.Response:
+        return self.pages.render(template, status=status, page=page, csrf=self.csrf, **context)
+
+    async def overview(self, request: web.Request) -> web.Response:
+        bridge, now = self.bridge, time.time()
+        runs = await bridge.store.list_runs(session_key=None, limit=OVERVIEW_RUNS)
+        finished = [
+            r for r, _ in runs if r.kind == "turn" and r.ended_at and r.ended_at >= now - TURNS_WINDOW_S
+        ]
+        errors = [
+            (r, key) for r, key in runs if r.status == "error" and r.started_at >= now - ERRORS_WINDOW_S
+        ]
+        return self.render(
+            "overview.html",
+            "overview",
+            running=bridge.lanes.running(),
+            waiting=bridge.lanes.depth(),
+            lanes=bridge.lanes.active(),
+            turns_per_minute=len(finished) / (TURNS_WINDOW_S / 60),
+            errors=errors,
+            outbox=await bridge.store.outbox_counts(),
+            platforms=self.platforms(),
+            recent=runs[:10],
+        )
+
+    async def sessions(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            minutes = max(0.0, float(query.get("active_minutes") or 0))
+        except ValueError:
+            minutes = 0.0
+        wanted = SessionFilter(
+            query.get("surface") or None, query.get("kind") or None, query.get("q") or None, minutes
+        )
+        return self.render(
+            "sessions.html",
+            "sessions",
+            sessions=await find_sessions(self.bridge, wanted),
+            wanted=wanted,
+            surfaces=known_surfaces(),
+            kinds=list(get_args(Kind)),
+        )
+
+    async def session(self, request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        row = await self.bridge.store.active_session(key)
+        if row is None:
+            return self.render("missing.html", "sessions", status=404, what=f"No session {key}.")
+        detail = await session_detail(self.bridge, row, CHAT_MESSAGES)
+        return self.render("session.html", "sessions", key=key, chat=chat_of(detail["history"]), **detail)
+
+    async def runs(self, request: web.Request) -> web.Response:
+        key = request.query.get("session") or None
+        listed = await self.bridge.store.list_runs(session_key=key, limit=100)
+        return self.render("runs.html", "runs", runs=listed, session_key=key)
+
+    async def run(self, request: web.Request) -> web.Response:
+        run_id = request.match_info["run_id"]
+        detail = await run_detail(self.bridge, run_id)
+        if detail is None:
+            return self.render("missing.html", "runs", status=404, what=f"No run {run_id}.")
+        trace = detail["trace"]
+        bars = timeline(trace) if trace else []
+        return self.render("run.html", "runs", run=detail["run"], trace=trace, bars=bars)
+
+    async def outbox(self, request: web.Request) -> web.Response:
+        state = request.query.get("state") or None
+        if state not in (None, *OUTBOX_TABS):
+            state = None
+        rows = await self.bridge.store.outbox(state=state, newest=100)  # type: ignore[arg-type]
+        return self.render(
+            "outbox.html",
+            "outbox",
+            rows=[outbox_json(row) for row in reversed(rows)],
+            state=state,
+            tabs=OUTBOX_TABS,
+            counts=await self.bridge.store.outbox_counts(),
+        )
+
+    async def policy(self, request: web.Request) -> web.Response:
+        settings = self.bridge.policy.settings
+        return self.render(
+            "policy.html",
+            "policy",
+            policy=settings.model_dump(mode="json"),
+            surfaces=known_surfaces(),
+            editable=self.editable,
+        )
+
+
+def chat_of(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """History rows as chat entries: user and assistant bubbles, and each tool call joined with its
+    result into one foldable entry (results are found by call id; a call with none is still shown)."""
+    entries: list[dict[str, Any]] = []
+    calls: dict[str, dict[str, Any]] = {}
+    for row in history:
+        kind = row["kind"]
+        if kind == "tool_call":
+            entry = {"kind": "tool", "row": row, "result": None}
+            calls[row.get("tool_call_id") or f"row-{row['id']}"] = entry
+            entries.append(entry)
+        elif kind == "tool_result":
+            call = calls.get(row.get("tool_call_id") or "")
+            if call is not None and call["result"] is None:
+                call["result"] = row
+            else:
+                entries.append({"kind": "tool", "row": row, "result": row})
+        else:
+            entries.append({"kind": kind, "row": row})
+    return entries
+
+
+def timeline(trace: dict[str, Any]) -> list[Bar]:
+    """Each step placed after the one before it (a run's steps happen one at a time), scaled to the
+    run's length, or to the steps' sum where that is longer."""
+    steps = trace.get("steps") or []
+    total = max(float(trace.get("duration_ms") or 0), sum(float(s.get("ms") or 0) for s in steps), 1.0)
+    bars, at = [], 0.0
+    for step in steps:
+        ms = float(step.get("ms") or 0)
+        start = round(at / total * 1000)
+        bars.append(Bar(step, start, max(2, round(ms / total * 1000))))
+        at += ms
+    return bars

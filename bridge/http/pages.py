@@ -1,0 +1,84 @@
+"""The dashboard's HTML: Jinja2 templates shipped in the package, escaped by default, with safe headers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+from urllib.parse import quote
+from zoneinfo import ZoneInfo
+
+import jinja2
+from aiohttp import web
+
+# Pages hold conversations and config: no caching, no framing, no script or style from elsewhere.
+# Every script and style is a file under /static/, so no inline code is allowed at all.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+class Pages:
+    """Renders the templates in bridge/http/templates with the filters they share."""
+
+    def __init__(self, timezone: str = "UTC") -> None:
+        self.zone = ZoneInfo(timezone)
+        self.env = jinja2.Environment(
+            loader=jinja2.PackageLoader("bridge.http", "templates"),
+            autoescape=True,
+            # Lenient: a trace or row without an optional field renders as empty, never as a 500.
+            undefined=jinja2.ChainableUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters.update(
+            when=self.when, ms=duration, path=path_part, pretty=pretty_json, short=shorten
+        )
+
+    def render(self, template: str, *, status: int = 200, **context: Any) -> web.Response:
+        text = self.env.get_template(template).render(**context)
+        return web.Response(text=text, status=status, content_type="text/html", headers=SECURITY_HEADERS)
+
+    def when(self, stamp: float | None) -> str:
+        """A Unix time in the agent's time zone, to the second."""
+        if not stamp:
+            return "—"
+        return dt.datetime.fromtimestamp(stamp, self.zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(ms: float | None) -> str:
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.1f} min"
+
+
+def path_part(value: str) -> str:
+    """A session key or id as one path segment of a link (a key holds ':' and may hold '/')."""
+    return quote(str(value), safe=":")
+
+
+def pretty_json(raw: Any) -> str:
+    """Tool arguments and results as indented JSON where they are JSON, else as they are."""
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return raw
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def shorten(text: str | None, limit: int = 140) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

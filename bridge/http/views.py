@@ -1,0 +1,112 @@
+"""What the admin API and the dashboard show, read once: sessions, one session in full, runs, outbox."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bridge.agent.trace import expand_trace
+from bridge.errors import SessionKeyError
+from bridge.gateway.policy import Place
+from bridge.sessions.keys import kind as key_kind
+from bridge.store.base import OutboxRow, SessionRow
+
+if TYPE_CHECKING:
+    from bridge.app import Bridge
+
+MAX_LIMIT = 500
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFilter:
+    """A listing's filters; each left empty matches every session."""
+
+    surface: str | None = None
+    kind: str | None = None
+    query: str | None = None
+    active_minutes: float = 0.0
+    limit: int = 100
+
+    @property
+    def narrowed(self) -> bool:
+        return bool(self.surface or self.kind or self.query)
+
+
+async def find_sessions(bridge: Bridge, wanted: SessionFilter) -> list[dict[str, Any]]:
+    """Active sessions, newest activity first, that pass the filter."""
+    since = time.time() - wanted.active_minutes * 60 if wanted.active_minutes else None
+    # Filtered here, from a generous page of the newest (the store lists by activity only); each
+    # session listed costs a count of its messages, so without filters only `limit` are read.
+    page = MAX_LIMIT * 4 if wanted.narrowed else wanted.limit
+    query = (wanted.query or "").lower()
+    found = []
+    for summary in await bridge.store.list_sessions(limit=page, active_since=since):
+        row = summary.session
+        if wanted.surface and row.surface != wanted.surface:
+            continue
+        if wanted.kind and session_kind(row.key) != wanted.kind:
+            continue
+        if query and query not in f"{row.key} {row.display_name or ''}".lower():
+            continue
+        found.append({**session_json(row), "messages": summary.message_count})
+        if len(found) >= wanted.limit:
+            break
+    return found
+
+
+async def session_detail(bridge: Bridge, row: SessionRow, limit: int) -> dict[str, Any]:
+    """One session: its history with tool calls and results, loaded groups, memories, policy with
+    its explanation, model profile, queue depth and runs."""
+    store = bridge.store
+    history = await store.history(row.id, limit)
+    place = Place.of(row.key, row.surface)
+    decision = bridge.gate.decide_for(row.key, row.surface, row)
+    runs = await store.list_runs(session_key=row.key, limit=20)
+    return {
+        "session": session_json(row),
+        "history": [dataclasses.asdict(message) for message in history],
+        "loaded_groups": sorted(bridge.registry.known_groups(await store.loaded_groups(row.id))),
+        "memories": await store.memories(row.key, bridge.settings.agent.memory_limit),
+        "policy": {
+            "action": decision.action,
+            "reason": decision.reason,
+            "override": row.send_policy,
+            "explain": bridge.policy.explain(place, row.send_policy),
+        },
+        "model_profile": row.model_profile or "default",
+        "queue_depth": bridge.lanes.queued(row.key),
+        "running": bridge.lanes.busy(row.key),
+        "runs": [dataclasses.asdict(run) for run, _ in runs],
+    }
+
+
+async def run_detail(bridge: Bridge, run_id: str) -> dict[str, Any] | None:
+    """A run's row and its whole trace (None when the trace was pruned), or None for no such run."""
+    row = await bridge.store.get_run(run_id)
+    if row is None:
+        return None
+    trace = await bridge.store.get_trace(run_id)
+    return {"run": dataclasses.asdict(row), "trace": expand_trace(json.loads(trace)) if trace else None}
+
+
+def session_json(row: SessionRow) -> dict[str, Any]:
+    return {**dataclasses.asdict(row), "kind": session_kind(row.key)}
+
+
+def outbox_json(row: OutboxRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "platform_msg_id": row.platform_msg_id,
+        "created_at": row.created_at,
+        **dataclasses.asdict(row.item),
+    }
+
+
+def session_kind(key: str) -> str:
+    try:
+        return str(key_kind(key))
+    except SessionKeyError:
+        return "unknown"

@@ -1,0 +1,174 @@
+"""The dashboard in Chromium against a real `bridge run` on the fake Bot API and the fake model: log in,
+watch a chat live, open a run's trace, edit the send policy and see its effect, and the locks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+from playwright.async_api import Browser, Page, expect
+
+from tests.adapters.conftest import OWNER
+from tests.browser.conftest import PHONE, TOKEN, Site, bridge_site, eventually, log_in, shot
+from tests.fakes.openai_server import FakeOpenAI, text, tool_call
+from tests.fakes.telegram_api import FakeTelegram
+
+GROUP = -100777
+MENTION = "@bridge_test_bot"
+WAIT_MS = 20_000
+
+
+async def no_horizontal_scroll(page: Page) -> None:
+    """The page fits a phone's width: nothing sticks out to the side (tables scroll in their box)."""
+    width = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert width <= 0, f"the page is {width}px wider than the screen"
+
+
+async def test_an_operator_logs_in_watches_a_telegram_chat_live_and_opens_a_runs_trace(
+    tmp_path: Path, tg: FakeTelegram, browser: Browser
+) -> None:
+    async with FakeOpenAI() as llm, bridge_site(tmp_path, tg, llm) as site:
+        llm.push(tool_call("get_current_time", {}), text("It is noon."))
+        tg.dm(OWNER, "what time is it?")
+        await tg.wait_for(lambda: any("noon" in m["text"] for m in tg.messages_in(OWNER)), timeout=30)
+
+        page = await browser.new_page()
+        await page.goto(site.url("/"))
+        await expect(page).to_have_url(re.compile(r"/login\?next=/$"))
+        await shot(page, "login")
+        await log_in(page, site)
+        await expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+        await expect(page.locator("#platforms")).to_contain_text("running")
+        await shot(page, "overview")
+
+        await page.get_by_role("link", name="Sessions").click()
+        await expect(page.get_by_role("link", name="main")).to_be_visible()
+        await shot(page, "sessions")
+        await page.get_by_role("link", name="main").click()
+        chat = page.locator("#chat")
+        await expect(chat.locator(".msg.user")).to_contain_text("what time is it?")
+        await expect(chat.locator(".msg.bot")).to_contain_text("It is noon.")
+
+        # The next turn appears on the open page by itself: the page is the same (no reload).
+        await page.evaluate("window.stayed = true")
+        llm.push(text("Still noon, a minute later."))
+        tg.dm(OWNER, "and now?")
+        await expect(chat.locator(".msg.user").last).to_contain_text("and now?", timeout=WAIT_MS)
+        await expect(chat.locator(".msg.bot").last).to_contain_text("Still noon", timeout=WAIT_MS)
+        assert await page.evaluate("window.stayed === true")
+
+        # The tool call is folded; opened, it shows its arguments and result.
+        tool = chat.locator("details.tool").first
+        await expect(tool.locator("pre").first).to_be_hidden()
+        await tool.locator("summary").click()
+        await expect(tool).to_contain_text("Result")
+        await shot(page, "session")
+
+        await chat.locator(".msg.bot").first.get_by_role("link", name="run").click()
+        await expect(page.get_by_role("heading", name=re.compile("^Run "))).to_be_visible()
+        steps = page.locator(".timeline > li")
+        await expect(steps).to_have_count(3)
+        await expect(steps.nth(1)).to_contain_text("Tool get_current_time")
+        await steps.nth(0).locator("summary").click()
+        await expect(steps.nth(0)).to_contain_text("Request")
+        await shot(page, "run-trace")
+
+        # On a phone's screen every page fits, the chat included.
+        phone = await browser.new_page(viewport=PHONE)
+        await log_in(phone, site, "/sessions/main")
+        await expect(phone.locator("#chat .msg.bot").last).to_contain_text("Still noon")
+        await no_horizontal_scroll(phone)
+        await shot(phone, "session-phone")
+        for path, name in [("/", "overview"), ("/outbox", "outbox"), ("/policy", "policy")]:
+            await phone.goto(site.url(path))
+            await no_horizontal_scroll(phone)
+            await shot(phone, f"{name}-phone")
+
+
+async def suppressed(site: Site, text_part: str) -> bool:
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, trust_env=False) as client:
+        answer = await client.get(site.url("/api/outbox"), params={"state": "suppressed"})
+        return any(text_part in row["text"] for row in answer.json()["outbox"])
+
+
+async def test_denying_a_group_in_the_policy_editor_suppresses_its_next_reply_and_lists_it_in_the_outbox(
+    tmp_path: Path, tg: FakeTelegram, browser: Browser
+) -> None:
+    allowed = f'allowed_chats = ["{GROUP}"]\n'
+    async with FakeOpenAI() as llm, bridge_site(tmp_path, tg, llm, allowed) as site:
+        llm.push(text("Hello, group."))
+        tg.group(GROUP, OWNER, f"{MENTION} hello")
+        await tg.wait_for(lambda: any("Hello, group" in m["text"] for m in tg.messages_in(GROUP)), timeout=30)
+
+        page = await browser.new_page()
+        await log_in(page, site, "/policy")
+        await page.get_by_role("button", name="Add rule").click()
+        rule = page.locator("#rules tbody tr").last
+        await rule.get_by_label("action").select_option("deny")
+        await rule.get_by_label("surface").fill("telegram")
+        await rule.get_by_label("chat type").select_option("group")
+
+        # The tester explains the draft before it is saved.
+        await page.get_by_label("Session key").fill(f"telegram:group:{GROUP}")
+        await page.get_by_role("button", name="Explain").click()
+        await expect(page.locator("#explain-action")).to_have_text("deny")
+        await expect(page.locator("#explain-lines")).to_contain_text("matches")
+        await shot(page, "policy-explain")
+
+        await page.get_by_role("button", name="Save").click()
+        await expect(page.locator("#policy-result")).to_contain_text("Saved")
+        saved = site.config.read_text()
+        assert "# Bridge for the browser tests: keep this comment" in saved
+        assert 'action = "deny"' in saved and 'chat_type = "group"' in saved
+
+        llm.push(text("A secret answer."))
+        tg.group(GROUP, OWNER, f"{MENTION} still there?")
+        await eventually(lambda: suppressed(site, "A secret answer."), "the reply held back")
+        await page.get_by_role("link", name="Outbox").click()
+        await page.get_by_role("link", name=re.compile("^suppressed")).click()
+        row = page.locator("table.outbox tbody tr", has_text="A secret answer.")
+        await expect(row).to_contain_text("suppressed")
+        await expect(row.locator(".reason")).to_contain_text("deny")
+        await shot(page, "outbox-suppressed")
+        assert not any("secret" in m["text"] for m in tg.messages_in(GROUP))
+
+
+async def test_an_invalid_rule_is_refused_with_its_key_and_reason_and_changes_nothing(
+    tmp_path: Path, tg: FakeTelegram, browser: Browser
+) -> None:
+    async with FakeOpenAI() as llm, bridge_site(tmp_path, tg, llm) as site:
+        before = site.config.read_text()
+        page = await browser.new_page()
+        await log_in(page, site, "/policy")
+        await page.get_by_role("button", name="Add rule").click()
+        await page.locator("#rules tbody tr").last.get_by_label("surface").fill("telegarm")
+        await page.get_by_role("button", name="Save").click()
+        result = page.locator("#policy-result")
+        await expect(result).to_contain_text("Not saved")
+        await expect(result).to_contain_text("session.send_policy.rules.0.match.surface")
+        await expect(result).to_contain_text("not a known surface")
+        await shot(page, "policy-invalid")
+        assert site.config.read_text() == before
+        await page.reload()
+        await expect(page.locator("#rules tbody tr")).to_have_count(0)
+
+
+async def test_without_the_token_the_api_answers_401_and_pages_ask_to_log_in(
+    tmp_path: Path, tg: FakeTelegram, browser: Browser
+) -> None:
+    async with FakeOpenAI() as llm, bridge_site(tmp_path, tg, llm) as site:
+        page = await browser.new_page()
+        answer = await page.request.get(site.url("/api/sessions"))
+        assert answer.status == 401
+        assert (await page.request.get(site.url("/metrics"))).status == 401
+        await page.goto(site.url("/outbox"))
+        await expect(page).to_have_url(re.compile(r"/login\?next=/outbox$"))
+        await page.get_by_label("Token").fill("not-the-token")
+        async with page.expect_response(site.url("/login")) as wrong:
+            await page.get_by_role("button", name="Log in").click()
+        assert (await wrong.value).status == 401
+        await expect(page.get_by_role("alert")).to_contain_text("not right")
+        # A cookie from another server's token is no way in either.
+        await page.context.add_cookies([{"name": "bridge_admin", "value": "0" * 64, "url": site.base}])
+        assert (await page.request.get(site.url("/api/sessions"))).status == 401
