@@ -39,7 +39,12 @@ class Pages:
             lstrip_blocks=True,
         )
         self.env.filters.update(
-            when=self.when, ms=duration, path=path_part, pretty=pretty_json, short=shorten
+            when=self.when,
+            ms=duration,
+            path=path_part,
+            pretty=pretty_json,
+            short=shorten,
+            send_mode=send_mode,
         )
 
     def render(self, template: str, *, status: int = 200, **context: Any) -> web.Response:
@@ -51,6 +56,11 @@ class Pages:
         if not stamp:
             return "—"
         return dt.datetime.fromtimestamp(stamp, self.zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def send_mode(override: str | None) -> str:
+    """A session's stored override as /send names it: on, off or inherit."""
+    return {"allow": "on", "deny": "off"}.get(override or "", "inherit")
 
 
 def duration(ms: float | None) -> str:

@@ -50,13 +50,22 @@ async def test_an_operator_logs_in_watches_a_telegram_chat_live_and_opens_a_runs
         await expect(chat.locator(".msg.user")).to_contain_text("what time is it?")
         await expect(chat.locator(".msg.bot")).to_contain_text("It is noon.")
 
-        # The next turn appears on the open page by itself: the page is the same (no reload).
+        # The next turn appears on the open page by itself: the page is the same (no reload). The
+        # overview, open beside it, lists it in its live feed.
+        overview = await browser.new_page()
+        await log_in(overview, site)
         await page.evaluate("window.stayed = true")
         llm.push(text("Still noon, a minute later."))
         tg.dm(OWNER, "and now?")
         await expect(chat.locator(".msg.user").last).to_contain_text("and now?", timeout=WAIT_MS)
         await expect(chat.locator(".msg.bot").last).to_contain_text("Still noon", timeout=WAIT_MS)
         assert await page.evaluate("window.stayed === true")
+        feed = overview.locator("#feed")
+        await expect(feed).to_contain_text("message in", timeout=WAIT_MS)
+        await expect(feed).to_contain_text("and now?")
+        await expect(feed).to_contain_text("run finished")
+        await expect(overview.locator("#recent tbody tr")).to_have_count(2, timeout=WAIT_MS)
+        await shot(overview, "overview-live")
 
         # The tool call is folded; opened, it shows its arguments and result.
         tool = chat.locator("details.tool").first
@@ -64,6 +73,14 @@ async def test_an_operator_logs_in_watches_a_telegram_chat_live_and_opens_a_runs
         await tool.locator("summary").click()
         await expect(tool).to_contain_text("Result")
         await shot(page, "session")
+
+        # The owner's actions: /send off and back, each answered as the chat command answers.
+        sending = page.locator("form.actions")
+        await sending.get_by_role("button", name="off").click()
+        await expect(page.locator("#notice")).to_contain_text("off")
+        await expect(sending.locator("[aria-pressed=true]")).to_have_text("off")
+        await sending.get_by_role("button", name="inherit").click()
+        await expect(sending.locator("[aria-pressed=true]")).to_have_text("inherit")
 
         await chat.locator(".msg.bot").first.get_by_role("link", name="run").click()
         await expect(page.get_by_role("heading", name=re.compile("^Run "))).to_be_visible()
@@ -74,13 +91,23 @@ async def test_an_operator_logs_in_watches_a_telegram_chat_live_and_opens_a_runs
         await expect(steps.nth(0)).to_contain_text("Request")
         await shot(page, "run-trace")
 
+        # /clear from the page, once confirmed: a fresh session, the old one still stored.
+        await page.go_back()
+        page.once("dialog", lambda dialog: dialog.accept())
+        await page.get_by_role("button", name="Clear").click()
+        await expect(page.locator("#chat")).to_contain_text("No messages yet.", timeout=WAIT_MS)
+
         # On a phone's screen every page fits, the chat included.
         phone = await browser.new_page(viewport=PHONE)
-        await log_in(phone, site, "/sessions/main")
-        await expect(phone.locator("#chat .msg.bot").last).to_contain_text("Still noon")
+        await log_in(phone, site, "/runs")
         await no_horizontal_scroll(phone)
-        await shot(phone, "session-phone")
-        for path, name in [("/", "overview"), ("/outbox", "outbox"), ("/policy", "policy")]:
+        await shot(phone, "runs-phone")
+        for path, name in [
+            ("/", "overview"),
+            ("/outbox", "outbox"),
+            ("/policy", "policy"),
+            ("/sessions", "sessions"),
+        ]:
             await phone.goto(site.url(path))
             await no_horizontal_scroll(phone)
             await shot(phone, f"{name}-phone")
