@@ -48,6 +48,9 @@ document.addEventListener("submit", async (event) => {
 // ---------------------------------------------------------------- live parts of a page
 
 let refreshing = null;
+// A chat's page follows its one session closely; the overview sums up everything, so on a busy bot
+// it is fetched again at most this often.
+const REFRESH_MS = document.body.dataset.live === "session" ? 250 : 1500;
 
 // Fetch this page again and swap in every element marked data-live, keeping open tool calls open.
 function refresh() {
@@ -68,7 +71,7 @@ function refresh() {
     } finally {
       refreshing = null;
     }
-  }, 250);
+  }, REFRESH_MS);
 }
 
 const FEED_LIMIT = 100;
