@@ -11,16 +11,24 @@ from aiohttp import web
 
 from bridge.errors import SessionKeyError
 from bridge.http.replies import bad_request, body_of, not_found
-from bridge.http.views import MAX_LIMIT, SessionFilter, find_sessions, outbox_json, run_detail, session_detail
+from bridge.http.views import (
+    MAX_LIMIT,
+    OUTBOX_STATES,
+    SessionFilter,
+    find_sessions,
+    outbox_json,
+    outbox_state,
+    run_detail,
+    session_detail,
+)
 from bridge.sessions.keys import kind as key_kind
-from bridge.store.base import OutboxState, SessionRow
+from bridge.store.base import SessionRow
 
 if TYPE_CHECKING:
     from bridge.app import Bridge
 
 # A comment on an idle event stream this often, so proxies and browsers keep it open.
 KEEPALIVE_S = 15.0
-OUTBOX_STATES = frozenset({"pending", "sending", "sent", "suppressed", "failed", "uncertain"})
 SEND_MODES = frozenset({"on", "off", "inherit"})
 
 
@@ -107,11 +115,9 @@ class AdminApi:
     async def outbox(self, request: web.Request) -> web.Response:
         """Outbox rows, newest first: ?state= (pending, sending, sent, suppressed, failed, uncertain)."""
         state = request.query.get("state")
-        if state is not None and state not in OUTBOX_STATES:
+        if state is not None and outbox_state(state) is None:
             raise bad_request(f"state must be one of {', '.join(sorted(OUTBOX_STATES))}")
-        rows = await self.bridge.store.outbox(
-            state=_state(state) if state else None, newest=_limit(request, 100)
-        )
+        rows = await self.bridge.store.outbox(state=outbox_state(state), newest=_limit(request, 100))
         return web.json_response({"outbox": [outbox_json(row) for row in reversed(rows)]})
 
     async def retry(self, request: web.Request) -> web.Response:
@@ -159,11 +165,6 @@ def _key(request: web.Request) -> str:
     except SessionKeyError as exc:
         raise bad_request(f"not a session key: {exc}") from None
     return key
-
-
-def _state(value: str) -> OutboxState:
-    assert value in OUTBOX_STATES
-    return value  # type: ignore[return-value]
 
 
 def _limit(request: web.Request, default: int) -> int:

@@ -12,7 +12,14 @@ from aiohttp import web
 
 from bridge.config import known_surfaces
 from bridge.http.pages import Pages
-from bridge.http.views import SessionFilter, find_sessions, outbox_json, run_detail, session_detail
+from bridge.http.views import (
+    SessionFilter,
+    find_sessions,
+    outbox_json,
+    outbox_state,
+    run_detail,
+    session_detail,
+)
 from bridge.sessions.keys import Kind
 
 if TYPE_CHECKING:
@@ -135,10 +142,8 @@ class Dashboard:
         return self.render("run.html", "runs", run=detail["run"], trace=trace, bars=bars)
 
     async def outbox(self, request: web.Request) -> web.Response:
-        state = request.query.get("state") or None
-        if state not in (None, *OUTBOX_TABS):
-            state = None
-        rows = await self.bridge.store.outbox(state=state, newest=100)  # type: ignore[arg-type]
+        state = outbox_state(request.query.get("state"))
+        rows = await self.bridge.store.outbox(state=state, newest=100)
         return self.render(
             "outbox.html",
             "outbox",

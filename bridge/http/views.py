@@ -6,18 +6,19 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from bridge.agent.trace import expand_trace
 from bridge.errors import SessionKeyError
 from bridge.gateway.policy import Place
 from bridge.sessions.keys import kind as key_kind
-from bridge.store.base import OutboxRow, SessionRow
+from bridge.store.base import OutboxRow, OutboxState, SessionRow
 
 if TYPE_CHECKING:
     from bridge.app import Bridge
 
 MAX_LIMIT = 500
+OUTBOX_STATES: frozenset[OutboxState] = frozenset(get_args(OutboxState))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,14 @@ async def run_detail(bridge: Bridge, run_id: str) -> dict[str, Any] | None:
         return None
     trace = await bridge.store.get_trace(run_id)
     return {"run": dataclasses.asdict(row), "trace": expand_trace(json.loads(trace)) if trace else None}
+
+
+def outbox_state(value: str | None) -> OutboxState | None:
+    """A state named in a request, typed; None for none or a name that is not a state."""
+    for state in OUTBOX_STATES:
+        if state == value:
+            return state
+    return None
 
 
 def session_json(row: SessionRow) -> dict[str, Any]:
