@@ -199,6 +199,32 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX runs_running ON runs (worker_id) WHERE status = 'running';
     CREATE INDEX outbox_open_by_worker ON outbox (worker_id) WHERE state IN ('pending', 'sending');
     """,
+    # 8: DM pairing. A stranger's one live code (the key allows no second), and the people owners
+    # approved, who may DM the bot as if listed in allowed_users until revoked.
+    """
+    CREATE TABLE pairing_codes (
+        surface      TEXT NOT NULL,
+        user_id      TEXT NOT NULL,
+        display_name TEXT,
+        code         TEXT NOT NULL UNIQUE,
+        -- The chat they wrote from (a Discord DM has its own channel id), told when approved.
+        chat_id      TEXT NOT NULL,
+        created_at   REAL NOT NULL,
+        expires_at   REAL NOT NULL,
+        -- When the code was last sent to them: repeats are rate-limited.
+        sent_at      REAL NOT NULL,
+        PRIMARY KEY (surface, user_id)
+    );
+    CREATE INDEX pairing_codes_by_expiry ON pairing_codes (expires_at);
+    CREATE TABLE paired_users (
+        surface      TEXT NOT NULL,
+        user_id      TEXT NOT NULL,
+        display_name TEXT,
+        approved_at  REAL NOT NULL,
+        approved_by  TEXT NOT NULL,
+        PRIMARY KEY (surface, user_id)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -185,4 +185,27 @@ PG_MIGRATIONS: tuple[str, ...] = (
               OR OLD.ended_at IS DISTINCT FROM NEW.ended_at)
         EXECUTE FUNCTION bridge_session_notify();
     """,
+    # 8: DM pairing: strangers' live codes, and the people owners approved.
+    """
+    CREATE TABLE pairing_codes (
+        surface      TEXT NOT NULL,
+        user_id      TEXT NOT NULL,
+        display_name TEXT,
+        code         TEXT NOT NULL UNIQUE,
+        chat_id      TEXT NOT NULL,
+        created_at   DOUBLE PRECISION NOT NULL,
+        expires_at   DOUBLE PRECISION NOT NULL,
+        sent_at      DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (surface, user_id)
+    );
+    CREATE INDEX pairing_codes_by_expiry ON pairing_codes (expires_at);
+    CREATE TABLE paired_users (
+        surface      TEXT NOT NULL,
+        user_id      TEXT NOT NULL,
+        display_name TEXT,
+        approved_at  DOUBLE PRECISION NOT NULL,
+        approved_by  TEXT NOT NULL,
+        PRIMARY KEY (surface, user_id)
+    );
+    """,
 )

@@ -5,13 +5,15 @@ from __future__ import annotations
 from bridge.store.claims import WorkerClaim
 from bridge.store.intake import IntakeTable
 from bridge.store.outbox import OutboxTable
+from bridge.store.pairing import PairingTable
 from bridge.store.runs import RunTable
 from bridge.store.workers import WorkerTable
 
 
-class DatabaseStore(RunTable, OutboxTable, IntakeTable, WorkerTable, WorkerClaim):
-    """Sessions, messages, runs, the outbox and memories, on the engine given (SQLite or PostgreSQL).
+class DatabaseStore(RunTable, OutboxTable, IntakeTable, WorkerTable, WorkerClaim, PairingTable):
+    """Sessions, messages, runs, the outbox, memories and DM pairing, on the engine given (SQLite or
+    PostgreSQL).
 
-    Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py); this
+    Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py, pairing.py); this
     class only puts them together.
     """

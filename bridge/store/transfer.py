@@ -16,7 +16,17 @@ from bridge.store.sqlite import SQLiteStore
 
 # Parents before children, so every foreign key finds its row. (workers is not copied: it lists the
 # processes running on a database, and none runs on the new one yet.)
-TABLES = ("sessions", "runs", "messages", "intake", "memories", "outbox", "summaries")
+TABLES = (
+    "sessions",
+    "runs",
+    "messages",
+    "intake",
+    "memories",
+    "outbox",
+    "summaries",
+    "pairing_codes",
+    "paired_users",
+)
 # Tables whose ids PostgreSQL hands out: after the copy, its counters start past the copied ids.
 IDENTITY_TABLES = ("messages", "memories", "outbox", "summaries")
 
