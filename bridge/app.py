@@ -21,6 +21,7 @@ from bridge.gateway.commands import Commands
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher, DispatchServices
 from bridge.gateway.lanes import Lanes
+from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.gateway.presence import Presence
 from bridge.live import LiveEvents
@@ -93,11 +94,13 @@ class Bridge:
         self.profiles = Profiles(settings.llm, self.registry, self.provider)
         owners = frozenset([*settings.owners, *extra_owners])
         self.sessions = SessionService(self.store, owners)
-        self.access = AccessPolicy.from_settings(settings, owners)
         self.lanes = Lanes(settings.runs.max_concurrent_runs)
         self.policy = SendPolicy(settings.session.send_policy)
         self.gate = PolicyGate(self.policy, self.store)
         self.delivery = Delivery(self.gate, self.store, resend_uncertain=settings.delivery.resend_uncertain)
+        # DM pairing: codes for strangers, and the people owners approved (the dashboard calls it too).
+        self.pairing = Pairing(self.store, delivery=self.delivery)
+        self.access = AccessPolicy.from_settings(settings, owners, paired=self.pairing.is_paired)
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider, self.profiles)
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
@@ -107,7 +110,9 @@ class Bridge:
         self.runner.live = self.delivery.courier.live = self.live
         self.metrics.watch(self.lanes.running, self.lanes.depth)
         self.compactor = Compactor(settings, self.store, self._provider_for, redactor(settings))
-        self.commands = Commands(settings, self.store, self.sessions, self.lanes, self.registry, self.gate)
+        self.commands = Commands(
+            settings, self.store, self.sessions, self.lanes, self.registry, self.gate, self.pairing
+        )
         self.dispatcher = Dispatcher(
             DispatchServices(
                 sessions=self.sessions,
@@ -118,6 +123,7 @@ class Bridge:
                 access=self.access,
                 gate=self.gate,
                 compactor=self.compactor,
+                pairing=self.pairing,
                 live=self.live,
             ),
             settings.runs,
@@ -150,6 +156,7 @@ class Bridge:
     async def start(self) -> None:
         await self.store.open()
         try:
+            await self.pairing.load()
             if self.shared:
                 await self._open_leases()
             await self.presence.start()

@@ -381,8 +381,23 @@ class AccessSettings(_Section):
     allowed_users: list[str] = Field(default_factory=list)
     # In groups, answer only when mentioned, replied to, or given a command.
     require_mention: bool = True
+    # What a stranger's DM gets. "allowlist": one short refusal an hour. "pairing": a code that
+    # expires; an owner approves it (/pair CODE, `bridge pair approve`, the dashboard) and the person
+    # may talk until revoked. Approved people are allowed under either policy (bridge.gateway.pairing).
+    dm_policy: Literal["allowlist", "pairing"] = "allowlist"
+    # How long a pairing code can be approved, from the stranger's first DM.
+    pairing_code_ttl_s: int = Field(3600, ge=60, le=7 * 24 * 3600)
 
     _user_ids = field_validator("allowed_users", mode="before")(_id_list)
+
+    @model_validator(mode="after")
+    def _pairing_has_strangers(self) -> AccessSettings:
+        if self.dm_policy == "pairing" and "*" in self.allowed_users:
+            raise ValueError(
+                'dm_policy = "pairing" never asks for a code while allowed_users holds "*" (everyone is '
+                "let in): remove one of the two"
+            )
+        return self
 
 
 class TelegramSettings(AccessSettings):

@@ -12,9 +12,10 @@
     ├── PlatformError                Telegram, Discord or another platform refused or failed
     │   ├── AdapterStartError        an adapter could not start: bad token, unreachable API
     │   └── AdapterLifecycleError    an adapter used out of order: started twice, sent to after stop
-    └── ToolError                    a tool could not do what was asked; the model gets it as a result
-        ├── OutsideWorkspaceError    a file path that leaves the workspace (bridge.tools.builtin.files)
-        └── BlockedAddressError      a fetch aimed at a private or loopback address (…builtin.web)
+    ├── ToolError                    a tool could not do what was asked; the model gets it as a result
+    │   ├── OutsideWorkspaceError    a file path that leaves the workspace (bridge.tools.builtin.files)
+    │   └── BlockedAddressError      a fetch aimed at a private or loopback address (…builtin.web)
+    └── PairingLimited               too many wrong pairing codes from one approver lately (…gateway.pairing)
 
 Catch the narrowest class that fits. Code that reports an error to a person shows `user_message` in
 a chat and `str(error)` plus `remedy` in the log or on the CLI. Exceptions that only steer control
@@ -22,6 +23,8 @@ flow inside one module (a retry classifier's verdict, a parser's "not this shape
 """
 
 from __future__ import annotations
+
+import math
 
 
 class BridgeError(Exception):
@@ -142,3 +145,16 @@ class BlockedAddressError(ToolError):
         super().__init__(
             f"{shown} is a private or loopback address; set [tools] allow_private_network = true to allow it"
         )
+
+
+class PairingLimited(BridgeError):
+    """Too many wrong pairing codes from one approver lately: approving is refused for `retry_after_s`,
+    whatever the code, so a stolen owner account cannot try codes one after another."""
+
+    def __init__(self, retry_after_s: float) -> None:
+        minutes = max(1, math.ceil(retry_after_s / 60))
+        super().__init__(
+            f"too many wrong pairing codes; try again in {minutes} min",
+            user_message=f"Too many wrong codes. Try again in {minutes} min.",
+        )
+        self.retry_after_s = retry_after_s

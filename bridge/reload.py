@@ -21,10 +21,14 @@ RELOADABLE = (
     "telegram.allowed_users",
     "telegram.allowed_chats",
     "telegram.require_mention",
+    "telegram.dm_policy",
+    "telegram.pairing_code_ttl_s",
     "discord.allowed_users",
     "discord.allowed_guilds",
     "discord.allowed_channels",
     "discord.require_mention",
+    "discord.dm_policy",
+    "discord.pairing_code_ttl_s",
 )
 
 

@@ -122,3 +122,34 @@ async def test_check_config_rejects_unknown_disabled_names_and_accepts_known_one
     done = await check(tmp_path, config)
     assert done.code == 0, done.output
     assert 'disabled = ["web", "write_file"]' in done.stdout
+
+
+# -- DM pairing ------------------------------------------------------------------------------
+
+
+async def test_an_unknown_dm_policy_is_rejected_naming_the_key_and_the_choices(tmp_path: Path) -> None:
+    config = write(tmp_path, '[telegram]\ndm_policy = "open"\n')
+    done = await check(tmp_path, config)
+    assert done.code == 2, done.output
+    assert "telegram.dm_policy: Input should be 'allowlist' or 'pairing'" in done.stderr
+
+
+async def test_pairing_beside_a_wildcard_allowlist_is_rejected_as_pointless(tmp_path: Path) -> None:
+    config = write(tmp_path, '[discord]\ndm_policy = "pairing"\nallowed_users = ["*"]\n')
+    done = await check(tmp_path, config)
+    assert done.code == 2, done.output
+    assert 'discord: dm_policy = "pairing" never asks for a code while allowed_users holds "*"' in done.stderr
+
+
+async def test_a_code_lifetime_under_a_minute_is_rejected(tmp_path: Path) -> None:
+    config = write(tmp_path, "[telegram]\npairing_code_ttl_s = 5\n")
+    done = await check(tmp_path, config)
+    assert done.code == 2, done.output
+    assert "telegram.pairing_code_ttl_s: Input should be greater than or equal to 60" in done.stderr
+
+
+def test_pairing_settings_load_per_platform(tmp_path: Path) -> None:
+    config = write(tmp_path, '[telegram]\ndm_policy = "pairing"\npairing_code_ttl_s = 900\n')
+    settings = load_settings(config)
+    assert (settings.telegram.dm_policy, settings.telegram.pairing_code_ttl_s) == ("pairing", 900)
+    assert settings.discord.dm_policy == "allowlist"

@@ -1,4 +1,4 @@
-"""Who may talk: owners, per-platform allowlists, mention gating in groups, polite refusals."""
+"""Who may talk: owners, per-platform allowlists and paired people, mention gating, polite refusals."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from bridge.config import AccessSettings, Settings
 from bridge.events import Inbound
 
 REFUSAL_INTERVAL_S = 3600.0
+DEFAULT_CODE_TTL_S = 3600.0
 WILDCARD = "*"
 
 
@@ -18,6 +19,7 @@ class Verdict(Enum):
     ALLOW = "allow"
     REFUSE = "refuse"  # answer with a short refusal
     IGNORE = "ignore"  # stay silent
+    PAIR = "pair"  # a stranger's DM where dm_policy = "pairing": the pairing service answers (a code)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +30,19 @@ class SurfaceAccess:
     require_mention: bool
     # Discord guilds: every channel in them.
     allowed_guilds: frozenset[str] = frozenset()
+    # What strangers' DMs get: "allowlist" (a refusal an hour) or "pairing" (a code; see pairing.py).
+    dm_policy: str = "allowlist"
+    pairing_code_ttl_s: float = DEFAULT_CODE_TTL_S
 
     @classmethod
     def of(cls, settings: AccessSettings, chats: Iterable[str], guilds: Iterable[str] = ()) -> SurfaceAccess:
         return cls(
-            frozenset(settings.allowed_users), frozenset(chats), settings.require_mention, frozenset(guilds)
+            frozenset(settings.allowed_users),
+            frozenset(chats),
+            settings.require_mention,
+            frozenset(guilds),
+            settings.dm_policy,
+            float(settings.pairing_code_ttl_s),
         )
 
     def user_allowed(self, user_id: str) -> bool:
@@ -48,8 +58,16 @@ class SurfaceAccess:
         )
 
 
+def _nobody(surface: str, user_id: str) -> bool:
+    return False
+
+
 class AccessPolicy:
-    """Decides per inbound message; surfaces without access settings (the console) are open."""
+    """Decides per inbound message; surfaces without access settings (the console) are open.
+
+    `paired(surface, user_id)` says whether an owner approved someone by DM pairing; they may DM the
+    bot as if listed in allowed_users, whatever the dm_policy (bridge.gateway.pairing keeps it exact).
+    """
 
     def __init__(
         self,
@@ -57,15 +75,19 @@ class AccessPolicy:
         surfaces: dict[str, SurfaceAccess],
         *,
         clock: Callable[[], float] = time.monotonic,
+        paired: Callable[[str, str], bool] = _nobody,
     ) -> None:
         self.owners = frozenset(owners)
         self.surfaces = surfaces
         self._clock = clock
+        self._paired = paired
         self._refused_at: dict[str, float] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings, owners: Iterable[str]) -> AccessPolicy:
-        return cls(owners, surfaces_from(settings))
+    def from_settings(
+        cls, settings: Settings, owners: Iterable[str], *, paired: Callable[[str, str], bool] = _nobody
+    ) -> AccessPolicy:
+        return cls(owners, surfaces_from(settings), paired=paired)
 
     def update(self, settings: Settings) -> None:
         """New allowlists from a reloaded config; owners stay as started (they decide session keys)."""
@@ -82,9 +104,27 @@ class AccessPolicy:
         if in_group:
             # Strangers' groups get silence, not refusals: the bot may have been added by anyone.
             return Verdict.ALLOW if rules.place_allowed(inbound) else Verdict.IGNORE
-        if rules.user_allowed(inbound.sender_id):
+        if rules.user_allowed(inbound.sender_id) or self._paired(inbound.surface, inbound.sender_id):
             return Verdict.ALLOW
+        if rules.dm_policy == "pairing":
+            return Verdict.PAIR
         return self._refuse_once_an_hour(inbound.sender)
+
+    def pairing_decides(self, inbound: Inbound) -> bool:
+        """Whether the verdict on this message hangs on DM pairing: a DM, on a platform with access
+        rules, from someone neither an owner nor in allowed_users."""
+        rules = self.surfaces.get(inbound.surface)
+        return (
+            rules is not None
+            and inbound.chat_type == "dm"
+            and inbound.sender not in self.owners
+            and not rules.user_allowed(inbound.sender_id)
+        )
+
+    def code_ttl_s(self, surface: str) -> float:
+        """How long a pairing code given on this platform lives."""
+        rules = self.surfaces.get(surface)
+        return rules.pairing_code_ttl_s if rules is not None else DEFAULT_CODE_TTL_S
 
     def _refuse_once_an_hour(self, sender: str) -> Verdict:
         now = self._clock()

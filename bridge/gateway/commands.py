@@ -1,4 +1,5 @@
-"""Chat commands: /clear, /new, /status, /stop, /send, /model, /help (/retry and /compact: the dispatcher)."""
+"""Chat commands: /clear, /new, /status, /stop, /send, /model, /pair, /help (/retry and /compact: the
+dispatcher)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bridge.config import DEFAULT_PROFILE, Settings
+from bridge.errors import PairingLimited
 from bridge.gateway.lanes import Lanes
+from bridge.gateway.pairing import Pairing, minutes_left, who
 from bridge.gateway.policy import Decision, PolicyGate
+from bridge.sessions.keys import MAIN
 from bridge.sessions.service import SessionService
 from bridge.store.base import SessionRow, Store
 from bridge.tools.registry import ToolRegistry
@@ -23,6 +27,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("compact", "Summarise the older turns of this session now, to keep its history short"),
     ("send", "Owners: let the bot speak here (on), keep it silent (off), or follow the config (inherit)"),
     ("model", "List the model profiles; owners: /model NAME switches this chat's model"),
+    ("pair", "Owners: approve a stranger's pairing code (/pair CODE), or list the codes waiting"),
     ("help", "List the commands"),
 )
 HELP = "Commands:\n" + "\n".join(f"/{name}: {description}" for name, description in COMMANDS)
@@ -55,8 +60,10 @@ class Commands:
         lanes: Lanes,
         registry: ToolRegistry,
         gate: PolicyGate,
+        pairing: Pairing | None = None,
     ) -> None:
         self.gate = gate
+        self.pairing = pairing
         self.settings = settings
         self.store = store
         self.sessions = sessions
@@ -65,7 +72,9 @@ class Commands:
         self.stop_elsewhere: Callable[[str], Awaitable[bool]] | None = None
         self.registry = registry
 
-    async def handle(self, command: Command, key: str, *, surface: str, is_owner: bool) -> str:
+    async def handle(
+        self, command: Command, key: str, *, surface: str, is_owner: bool, sender: str | None = None
+    ) -> str:
         if command.name in ("clear", "new"):
             return await self.clear(key)
         if command.name == "status":
@@ -76,6 +85,8 @@ class Commands:
             return await self.model(key, command.args, is_owner=is_owner)
         if command.name == "stop":
             return await self.stop(key)
+        if command.name == "pair":
+            return await self.pair(key, command.args, is_owner=is_owner, sender=sender)
         if command.name in ("help", "start"):
             return HELP
         return f"Unknown command /{command.name}. Send /help for the list."
@@ -141,6 +152,37 @@ class Commands:
         return (
             f"This chat now uses the model profile {name}: {_describe_profile(self.settings, name)}. "
             "It stays for this chat, across /clear, until /model changes it."
+        )
+
+    async def pair(self, key: str, args: str, *, is_owner: bool, sender: str | None) -> str:
+        """/pair CODE approves a stranger's code; /pair alone lists the codes waiting. Owners only, in
+        their own DM (main): a code said in a group would be seen by everyone there."""
+        if not is_owner:
+            return "Only an owner of this bot can approve pairing codes."
+        if self.pairing is None:
+            return "DM pairing is not available here."
+        if key != MAIN:
+            return "Send /pair in your direct chat with the bot."
+        if not args.strip():
+            waiting = await self.pairing.pending()
+            if not waiting:
+                return "No pairing codes are waiting."
+            now = self.pairing.now()
+            lines = [
+                f"• {code.code}: {who(code.surface, code.user_id, code.display_name)}, expires in "
+                f"{minutes_left(code.expires_at, now)} min"
+                for code in waiting
+            ]
+            return "\n".join(["Pairing codes waiting:", *lines, "Approve one with /pair CODE."])
+        try:
+            user = await self.pairing.approve(args, by=sender or "owner")
+        except PairingLimited as exc:
+            return exc.user_message or str(exc)
+        if user is None:
+            return "No such code: it is wrong, or it expired. /pair lists the codes waiting."
+        return (
+            f"Approved {who(user.surface, user.user_id, user.display_name)}: they can talk to the bot now. "
+            f"`bridge pair revoke {user.surface}:{user.user_id}` takes it back."
         )
 
     def _model_line(self, session: SessionRow) -> str:

@@ -17,6 +17,7 @@ from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
+from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate
 from bridge.live import LiveEvents
 from bridge.sessions.service import SessionService
@@ -58,6 +59,8 @@ class DispatchServices:
     access: AccessPolicy
     gate: PolicyGate
     compactor: Compactor
+    # DM pairing: strangers' codes, and whether someone an owner approved is still approved.
+    pairing: Pairing
     # The admin server's stream of what happens (messages in; runs and sends publish their own).
     live: LiveEvents = dataclasses.field(default_factory=LiveEvents)
 
@@ -83,6 +86,7 @@ class Dispatcher:
         self.access = services.access
         self.gate = services.gate
         self.compactor = services.compactor
+        self.pairing = services.pairing
         self.live = services.live
         # Set where several workers share the database: stored messages are then claimed from the
         # shared intake queue by whichever worker has room, under the chat's lease.
@@ -96,6 +100,10 @@ class Dispatcher:
             raise IntakeUnavailable(str(exc)) from exc
 
     async def _handle(self, inbound: Inbound) -> Done | None:
+        if self.access.pairing_decides(inbound):
+            # `bridge pair` or another worker may have approved or revoked this person since: one
+            # primary-key read, for DMs whose verdict hangs on it only (see pairing.py).
+            await self.pairing.sync(inbound.surface, inbound.sender_id)
         verdict = self.access.check(inbound)
         if verdict is Verdict.IGNORE:
             return None
@@ -108,7 +116,9 @@ class Dispatcher:
             return await self._compact(inbound, key, owner)
         if command is not None and owner:
             # An owner's command is answered whatever the send policy says: it is how they change it.
-            answer = await self.commands.handle(command, key, surface=inbound.surface, is_owner=True)
+            answer = await self.commands.handle(
+                command, key, surface=inbound.surface, is_owner=True, sender=inbound.sender
+            )
             return await self._answer(
                 Outbound(inbound.route, "notice", answer, session_key=key, policy_exempt=True)
             )
@@ -118,10 +128,16 @@ class Dispatcher:
             return None
         if verdict is Verdict.REFUSE:
             return await self._notice(inbound.route, key, refusal_text(inbound))
+        if verdict is Verdict.PAIR:
+            # Their code, or silence: the message itself is neither stored nor shown to the model.
+            text = await self.pairing.admit(inbound, ttl_s=self.access.code_ttl_s(inbound.surface))
+            return None if text is None else await self._notice(inbound.route, key, text)
         if inbound.unsupported:
             return await self._notice(inbound.route, key, unsupported_text(inbound.unsupported))
         if command is not None:
-            answer = await self.commands.handle(command, key, surface=inbound.surface, is_owner=False)
+            answer = await self.commands.handle(
+                command, key, surface=inbound.surface, is_owner=False, sender=inbound.sender
+            )
             return await self._notice(inbound.route, key, answer)
         if not inbound.text.strip():
             return None

@@ -272,6 +272,27 @@ async def test_other_people_s_dms_get_their_own_session_when_allowed_and_a_refus
     assert len(fake_llm.requests) == 1
 
 
+async def test_with_pairing_a_stranger_gets_a_code_and_once_approved_is_told_in_their_dm_channel(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("welcome, member"))
+    async with rig(fake_llm, dm_policy="pairing") as r:
+        asked = dc.dm(MEMBER, "hello")
+        [given] = await r.bot_sent(asked["channel_id"], 1)
+        code = given["content"].split("approve the code ")[1].split(" ")[0]
+        assert fake_llm.requests == []
+        owner = dc.dm(OWNER, f"/pair {code}")
+        [approved] = await r.bot_sent(owner["channel_id"], 1)
+        assert approved["content"].startswith(f"Approved discord user {MEMBER} ")
+        # Told in the DM channel they wrote from (on Discord, not their user id).
+        told = await r.bot_sent(asked["channel_id"], 2)
+        assert told[1]["content"] == "You're approved: you can talk to this bot now."
+        again = dc.dm(MEMBER, "hello again")
+        answered = await r.bot_sent(again["channel_id"], 3)
+    assert answered[2]["content"] == "welcome, member"
+    assert len(fake_llm.requests) == 1
+
+
 async def test_bots_and_system_messages_are_ignored(
     rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
 ) -> None:

@@ -102,3 +102,56 @@ def test_discord_access_comes_from_its_config_section() -> None:
     assert access.check(discord_message(channel="222", guild=None)) is Verdict.ALLOW
     assert access.check(Inbound("discord", "dm", "d", "333", "hi")) is Verdict.ALLOW
     assert access.check(Inbound("discord", "dm", "d", "444", "hi")) is Verdict.REFUSE
+
+
+def pairing_policy(paired: set[tuple[str, str]] | None = None, **rules: Any) -> AccessPolicy:
+    access = SurfaceAccess(
+        allowed_users=frozenset(rules.get("users", ())),
+        allowed_chats=frozenset(rules.get("chats", ())),
+        require_mention=True,
+        dm_policy=rules.get("dm_policy", "pairing"),
+    )
+    approved = paired or set()
+    return AccessPolicy(
+        ["telegram:1"], {"telegram": access}, clock=Clock(), paired=lambda s, u: (s, u) in approved
+    )
+
+
+def test_with_pairing_a_strangers_dm_goes_to_pairing_instead_of_a_refusal() -> None:
+    access = pairing_policy(users={"2"})
+    assert access.check(dm("9")) is Verdict.PAIR
+    assert access.check(dm("9")) is Verdict.PAIR  # not once an hour: pairing rate-limits its own codes
+    assert access.check(dm("1")) is Verdict.ALLOW
+    assert access.check(dm("2")) is Verdict.ALLOW
+    # Groups are decided by place, as before: strangers there get silence, never codes.
+    assert access.check(group("9", "-200", mentioned=True)) is Verdict.IGNORE
+
+
+def test_paired_people_are_allowed_whatever_the_dm_policy() -> None:
+    assert pairing_policy({("telegram", "9")}).check(dm("9")) is Verdict.ALLOW
+    allowlist = pairing_policy({("telegram", "9")}, dm_policy="allowlist")
+    assert allowlist.check(dm("9")) is Verdict.ALLOW
+    assert allowlist.check(dm("8")) is Verdict.REFUSE
+    # A pairing is per platform.
+    assert pairing_policy({("discord", "9")}).check(dm("9")) is Verdict.PAIR
+
+
+def test_only_dms_of_people_neither_owner_nor_allowlisted_hang_on_pairing() -> None:
+    access = pairing_policy(users={"2"})
+    assert access.pairing_decides(dm("9"))
+    assert not access.pairing_decides(dm("1"))
+    assert not access.pairing_decides(dm("2"))
+    assert not access.pairing_decides(group("9", mentioned=True))
+    assert not access.pairing_decides(dm("9", surface="console"))
+
+
+def test_dm_policy_and_the_code_lifetime_come_from_each_platforms_section() -> None:
+    settings = Settings(
+        telegram={"dm_policy": "pairing", "pairing_code_ttl_s": 600}, discord={"dm_policy": "allowlist"}
+    )
+    access = AccessPolicy.from_settings(settings, [])
+    assert access.check(dm("9")) is Verdict.PAIR
+    assert access.check(Inbound("discord", "dm", "d", "9", "hi")) is Verdict.REFUSE
+    assert access.code_ttl_s("telegram") == 600
+    access.update(Settings(telegram={"dm_policy": "allowlist"}))
+    assert access.check(dm("9")) is Verdict.REFUSE
