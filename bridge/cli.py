@@ -1,4 +1,4 @@
-"""The `bridge` command: run, chat, status, check-config, policy, backup, migrate, runs, trace and more."""
+"""The `bridge` command: run, chat, status, check-config, policy, pair, backup, migrate, runs, trace..."""
 
 from __future__ import annotations
 
@@ -134,6 +134,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--config", type=Path, help=config_help)
 
+    from bridge import cli_pair
+
+    cli_pair.add_parser(sub, config_help)
+
     local = sub.add_parser(
         "local-model", help="a small model on this machine, no key needed (llama.cpp and Qwen from PyPI)"
     )
@@ -176,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(cli_store.backup_database(settings, args.path))
     if args.command == "policy":
         return asyncio.run(explain_policy(settings, args.session_key, args.surface))
+    if args.command == "pair":
+        from bridge import cli_pair
+
+        return asyncio.run(cli_pair.run(settings, args))
     if args.command == "admin":
         return show_admin(settings)
     if args.command == "health":
