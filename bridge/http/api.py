@@ -145,8 +145,10 @@ class AdminApi:
                 "X-Accel-Buffering": "no",
             }
         )
-        await response.prepare(request)
+        # Subscribed before the headers go out: a client that sees the stream open misses nothing
+        # published after that.
         with self.bridge.live.subscribe() as queue:
+            await response.prepare(request)
             await response.write(b": connected\n\n")
             while True:
                 try:

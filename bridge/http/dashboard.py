@@ -74,6 +74,7 @@ class Dashboard:
         add.add_get("/runs/{run_id}", self.run)
         add.add_get("/outbox", self.outbox)
         add.add_get("/policy", self.policy)
+        add.add_get("/pairing", self.pairing)
         add.add_static("/static/", STATIC, append_version=False)
 
     def render(self, template: str, page: str, *, status: int = 200, **context: Any) -> web.Response:
@@ -161,6 +162,22 @@ class Dashboard:
             policy=settings.model_dump(mode="json"),
             surfaces=known_surfaces(),
             editable=self.editable,
+        )
+
+    async def pairing(self, request: web.Request) -> web.Response:
+        settings, surfaces = self.bridge.settings, self.bridge.access.surfaces
+        # dm_policy as the access check has it now (a reload changes it live); enabled as started.
+        enabled = {"telegram": settings.telegram.enabled, "discord": settings.discord.enabled}
+        return self.render(
+            "pairing.html",
+            "pairing",
+            pending=await self.bridge.pairing.pending(),
+            approved=await self.bridge.pairing.approved(),
+            pairing_on=[
+                name.capitalize()
+                for name, rules in surfaces.items()
+                if enabled.get(name) and rules.dm_policy == "pairing"
+            ],
         )
 
 

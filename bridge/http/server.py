@@ -23,6 +23,7 @@ from bridge.http.auth import (
 )
 from bridge.http.dashboard import Dashboard
 from bridge.http.pages import Pages
+from bridge.http.pairing_api import PairingApi
 from bridge.http.policy_edit import PolicyEditor
 from bridge.metrics import CONTENT_TYPE_LATEST
 
@@ -75,6 +76,7 @@ class AdminServer:
         app.router.add_post("/login", self.login)
         app.router.add_post("/logout", self.logout)
         AdminApi(self.bridge).routes(app)
+        PairingApi(self.bridge).routes(app)
         self.editor.routes(app)
         editable = self.editor.path is not None
         Dashboard(self.bridge, self._platforms, self.pages, self.auth.csrf, editable=editable).routes(app)

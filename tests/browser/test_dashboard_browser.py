@@ -54,6 +54,9 @@ async def test_an_operator_logs_in_watches_a_telegram_chat_live_and_opens_a_runs
         # overview, open beside it, lists it in its live feed.
         overview = await browser.new_page()
         await log_in(overview, site)
+        # Both pages' event streams are open (the server subscribes before it answers).
+        for watching in (page, overview):
+            await expect(watching.locator("body.connected")).to_have_count(1)
         await page.evaluate("window.stayed = true")
         llm.push(text("Still noon, a minute later."))
         tg.dm(OWNER, "and now?")
@@ -107,6 +110,7 @@ async def test_an_operator_logs_in_watches_a_telegram_chat_live_and_opens_a_runs
             ("/outbox", "outbox"),
             ("/policy", "policy"),
             ("/sessions", "sessions"),
+            ("/pairing", "pairing"),
         ]:
             await phone.goto(site.url(path))
             await no_horizontal_scroll(phone)
@@ -199,3 +203,53 @@ async def test_without_the_token_the_api_answers_401_and_pages_ask_to_log_in(
         # A cookie from another server's token is no way in either.
         await page.context.add_cookies([{"name": "bridge_admin", "value": "0" * 64, "url": site.base}])
         assert (await page.request.get(site.url("/api/sessions"))).status == 401
+
+
+STRANGER = 777
+
+
+def texts_to(tg: FakeTelegram, chat: int) -> list[str]:
+    return [m["text"] for m in tg.messages_in(chat)]
+
+
+async def test_an_owner_approves_a_strangers_pairing_code_in_the_dashboard_and_revokes_it(
+    tmp_path: Path, tg: FakeTelegram, browser: Browser
+) -> None:
+    async with FakeOpenAI() as llm, bridge_site(tmp_path, tg, llm, 'dm_policy = "pairing"\n') as site:
+        tg.dm(STRANGER, "hi, may I?")
+        await tg.wait_for(lambda: any("approve the code" in t for t in texts_to(tg, STRANGER)), timeout=30)
+        code = re.search(r"code (\w{4}-\w{4})", texts_to(tg, STRANGER)[0])
+        assert code is not None, texts_to(tg, STRANGER)
+
+        page = await browser.new_page()
+        await log_in(page, site, "/pairing")
+        await expect(page.locator("main")).to_contain_text("Strangers who DM the bot on Telegram")
+        waiting = page.locator("table.pending tbody tr", has_text=code.group(1))
+        await expect(waiting).to_contain_text(f"telegram:{STRANGER}")
+        await shot(page, "pairing")
+
+        # A wrong code typed in is refused with the reason, and changes nothing.
+        await page.get_by_label("Code").fill("ZZZZ-ZZZZ")
+        await page.locator("#approve-code").get_by_role("button", name="Approve").click()
+        await expect(page.locator("#notice")).to_contain_text("no such code")
+        await expect(waiting).to_be_visible()
+
+        await waiting.get_by_role("button", name="Approve").click()
+        approved = page.locator("table.approved tbody tr", has_text=f"telegram:{STRANGER}")
+        await expect(approved).to_contain_text("dashboard")
+        await expect(page.locator("table.pending")).to_contain_text("No codes waiting.")
+        await tg.wait_for(lambda: any("approved" in t for t in texts_to(tg, STRANGER)), timeout=30)
+
+        llm.push(text("Welcome aboard."))
+        tg.dm(STRANGER, "hello now")
+        await tg.wait_for(lambda: "Welcome aboard." in texts_to(tg, STRANGER), timeout=30)
+
+        page.once("dialog", lambda dialog: dialog.accept())
+        await approved.get_by_role("button", name="Revoke").click()
+        await expect(page.locator("table.approved")).to_contain_text("Nobody yet.")
+        await shot(page, "pairing-revoked")
+        before = len(texts_to(tg, STRANGER))
+        tg.dm(STRANGER, "still there?")
+        await tg.wait_for(lambda: len(texts_to(tg, STRANGER)) > before, timeout=30)
+        assert "approve the code" in texts_to(tg, STRANGER)[-1]
+        assert len(llm.requests) == 1  # only the approved turn reached the model

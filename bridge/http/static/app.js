@@ -42,7 +42,10 @@ document.addEventListener("submit", async (event) => {
   delete fields.csrf;
   const result = await api(method, url, fields);
   show(document.getElementById("notice"), result.ok ? (result.data.said || "Done.") : problem(result), !result.ok);
-  if (result.ok) refresh();
+  if (result.ok) {
+    form.reset();
+    refresh();
+  }
 });
 
 // ---------------------------------------------------------------- live parts of a page
