@@ -74,6 +74,8 @@ async def test_a_turn_shows_on_every_page_with_its_tool_call_folded_and_its_trac
     assert "sent" in outbox
     policy = await page(client, "/policy")
     assert 'id="policy-editor"' in policy
+    pairing = await page(client, "/pairing")
+    assert "No platform has" in pairing and "No codes waiting." in pairing
 
 
 async def test_chat_text_that_looks_like_markup_is_shown_as_text(
