@@ -208,4 +208,36 @@ PG_MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (surface, user_id)
     );
     """,
+    # 9: scheduled tasks. A task's next due time moves on in the same conditional update that claims
+    # a firing, so each due time fires once; task_firings records what became of each.
+    """
+    CREATE TABLE tasks (
+        id         TEXT PRIMARY KEY,
+        chat_key   TEXT NOT NULL,
+        deliver_to TEXT NOT NULL,
+        prompt     TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        expression TEXT NOT NULL,
+        zone       TEXT NOT NULL,
+        state      TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        next_due   DOUBLE PRECISION,
+        failures   INTEGER NOT NULL DEFAULT 0,
+        last_fired DOUBLE PRECISION,
+        route      TEXT
+    );
+    CREATE INDEX tasks_due ON tasks (next_due) WHERE state = 'active';
+    CREATE INDEX tasks_by_chat ON tasks (chat_key);
+    CREATE TABLE task_firings (
+        task_id    TEXT NOT NULL,
+        due_at     DOUBLE PRECISION NOT NULL,
+        state      TEXT NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL,
+        run_id     TEXT,
+        ended_at   DOUBLE PRECISION,
+        detail     TEXT,
+        PRIMARY KEY (task_id, due_at)
+    );
+    CREATE INDEX task_firings_running ON task_firings (task_id) WHERE state = 'running';
+    """,
 )

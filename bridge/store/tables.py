@@ -7,13 +7,14 @@ from bridge.store.intake import IntakeTable
 from bridge.store.outbox import OutboxTable
 from bridge.store.pairing import PairingTable
 from bridge.store.runs import RunTable
+from bridge.store.tasks import TaskTable
 from bridge.store.workers import WorkerTable
 
 
-class DatabaseStore(RunTable, OutboxTable, IntakeTable, WorkerTable, WorkerClaim, PairingTable):
-    """Sessions, messages, runs, the outbox, memories and DM pairing, on the engine given (SQLite or
-    PostgreSQL).
+class DatabaseStore(RunTable, OutboxTable, IntakeTable, WorkerTable, WorkerClaim, PairingTable, TaskTable):
+    """Sessions, messages, runs, the outbox, memories, DM pairing and scheduled tasks, on the engine
+    given (SQLite or PostgreSQL).
 
-    Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py, pairing.py); this
-    class only puts them together.
+    Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py, pairing.py,
+    tasks.py); this class only puts them together.
     """

@@ -26,6 +26,8 @@ TABLES = (
     "summaries",
     "pairing_codes",
     "paired_users",
+    "tasks",
+    "task_firings",
 )
 # Tables whose ids PostgreSQL hands out: after the copy, its counters start past the copied ids.
 IDENTITY_TABLES = ("messages", "memories", "outbox", "summaries")

@@ -1,0 +1,257 @@
+"""Scheduled tasks' tables: the tasks (tasks) and each due time that fired, once (task_firings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bridge.store.engine import Conn, Database
+
+TaskState = Literal["active", "paused", "done", "cancelled"]
+# running: claimed, its run in progress (a crash leaves it so; start-up marks it interrupted).
+FiringState = Literal["running", "ok", "error", "missed", "interrupted"]
+LIVE_STATES: tuple[TaskState, ...] = ("active", "paused")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    id: str
+    # The session that made the task: its chat is told about misses and pauses, and it counts
+    # towards that chat's [tasks] max_per_chat.
+    chat_key: str
+    # The session whose chat receives each answer, under that chat's send policy.
+    deliver_to: str
+    prompt: str
+    kind: str  # cron | once
+    expression: str
+    zone: str
+    state: TaskState
+    created_at: float
+    # The next due time (Unix seconds); None once a task has ended.
+    next_due: float | None
+    failures: int = 0
+    last_fired: float | None = None
+    # The chat to deliver to, as it was when the task was made (Route JSON): used when the target
+    # session has no route of its own yet.
+    route: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FiringRow:
+    task_id: str
+    due_at: float
+    state: FiringState
+    started_at: float
+    run_id: str | None = None
+    ended_at: float | None = None
+    detail: str | None = None
+
+
+_TASK_COLS = (
+    "id, chat_key, deliver_to, prompt, kind, expression, zone, state, created_at, next_due, failures, "
+    "last_fired, route"
+)
+_FIRING_COLS = "task_id, due_at, state, started_at, run_id, ended_at, detail"
+
+
+def _task(row: tuple[object, ...]) -> TaskRow:
+    (id_, chat, deliver, prompt, kind, expression, zone, state, created, due, failures, fired, route) = row
+    return TaskRow(
+        str(id_),
+        str(chat),
+        str(deliver),
+        str(prompt),
+        str(kind),
+        str(expression),
+        str(zone),
+        state,  # type: ignore[arg-type]
+        float(created),  # type: ignore[arg-type]
+        None if due is None else float(due),  # type: ignore[arg-type]
+        int(failures),  # type: ignore[call-overload]
+        None if fired is None else float(fired),  # type: ignore[arg-type]
+        None if route is None else str(route),
+    )
+
+
+def _firing(row: tuple[object, ...]) -> FiringRow:
+    task_id, due, state, started, run_id, ended, detail = row
+    return FiringRow(
+        str(task_id),
+        float(due),  # type: ignore[arg-type]
+        state,  # type: ignore[arg-type]
+        float(started),  # type: ignore[arg-type]
+        None if run_id is None else str(run_id),
+        None if ended is None else float(ended),  # type: ignore[arg-type]
+        None if detail is None else str(detail),
+    )
+
+
+class TaskTable(Database):
+    """Tasks and their firings. A firing is claimed by one conditional update of the task's next due
+    time: of two workers (or a process and its restart) only one moves it, so each due time fires
+    once; the firing's row records what became of it."""
+
+    async def add_task(self, task: TaskRow, *, max_per_chat: int) -> bool:
+        """Store a new task unless its chat already holds `max_per_chat` live ones (then False)."""
+
+        def add(conn: Conn) -> bool:
+            held = conn.execute(
+                "SELECT COUNT(*) FROM tasks WHERE chat_key = ? AND state IN ('active', 'paused')",
+                (task.chat_key,),
+            ).fetchone()
+            if held is not None and int(held[0]) >= max_per_chat:
+                return False
+            conn.execute(
+                f"INSERT INTO tasks ({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    task.id,
+                    task.chat_key,
+                    task.deliver_to,
+                    task.prompt,
+                    task.kind,
+                    task.expression,
+                    task.zone,
+                    task.state,
+                    task.created_at,
+                    task.next_due,
+                    task.failures,
+                    task.last_fired,
+                    task.route,
+                ),
+            )
+            return True
+
+        return await self._write(add)
+
+    async def get_task(self, task_id: str) -> TaskRow | None:
+        rows = await self._rows(f"SELECT {_TASK_COLS} FROM tasks WHERE id = ?", (task_id,))
+        return _task(rows[0]) if rows else None
+
+    async def list_tasks(self, chat_key: str | None = None, *, live_only: bool = True) -> list[TaskRow]:
+        """Tasks, soonest due first: one chat's (made there or delivered there), or all."""
+        where, params = [], []
+        if chat_key is not None:
+            where.append("(chat_key = ? OR deliver_to = ?)")
+            params += [chat_key, chat_key]
+        if live_only:
+            where.append("state IN ('active', 'paused')")
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = await self._rows(
+            f"SELECT {_TASK_COLS} FROM tasks {clause}ORDER BY next_due IS NULL, next_due, created_at",
+            params,
+        )
+        return [_task(row) for row in rows]
+
+    async def due_tasks(self, now: float, limit: int = 100) -> list[TaskRow]:
+        rows = await self._rows(
+            f"SELECT {_TASK_COLS} FROM tasks WHERE state = 'active' AND next_due <= ? "
+            "ORDER BY next_due LIMIT ?",
+            (now, limit),
+        )
+        return [_task(row) for row in rows]
+
+    async def next_due(self) -> float | None:
+        """The soonest due time of any active task."""
+        rows = await self._rows("SELECT MIN(next_due) FROM tasks WHERE state = 'active'")
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+    async def end_task(self, task_id: str, state: TaskState) -> TaskRow | None:
+        """Cancel or pause a live task (or resume a paused one as 'active'); None when it isn't live."""
+
+        def end(conn: Conn) -> TaskRow | None:
+            row = conn.execute(
+                f"UPDATE tasks SET state = ? WHERE id = ? AND state IN ('active', 'paused') "
+                f"RETURNING {_TASK_COLS}",
+                (state, task_id),
+            ).fetchone()
+            return _task(row) if row is not None else None
+
+        return await self._write(end)
+
+    async def claim_firing(
+        self,
+        task_id: str,
+        due: float,
+        following: float | None,
+        now: float,
+        *,
+        state: FiringState = "running",
+        detail: str | None = None,
+    ) -> bool:
+        """Take the firing of `task_id` at `due` and move the task on to `following` (None ends it, as
+        a one-shot task ends once fired). False when someone else took it first."""
+
+        def claim(conn: Conn) -> bool:
+            moved = conn.execute(
+                "UPDATE tasks SET next_due = ?, last_fired = ?, "
+                "state = CASE WHEN ? THEN 'done' ELSE state END "
+                "WHERE id = ? AND state = 'active' AND next_due = ?",
+                (following, now, following is None, task_id, due),
+            )
+            if moved.rowcount != 1:
+                return False
+            ended = None if state == "running" else now
+            conn.execute(
+                f"INSERT INTO task_firings ({_FIRING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (task_id, due, state, now, None, ended, detail),
+            )
+            return True
+
+        return await self._write(claim)
+
+    async def finish_firing(
+        self,
+        task_id: str,
+        due: float,
+        state: FiringState,
+        now: float,
+        *,
+        run_id: str | None,
+        detail: str | None,
+        pause_after: int,
+    ) -> TaskRow | None:
+        """Record how a firing ended; a failure counts towards pausing the task, a success resets the
+        count. The task as it is now (paused where this failure was one too many)."""
+
+        def finish(conn: Conn) -> TaskRow | None:
+            conn.execute(
+                "UPDATE task_firings SET state = ?, ended_at = ?, run_id = ?, detail = ? "
+                "WHERE task_id = ? AND due_at = ?",
+                (state, now, run_id, detail, task_id, due),
+            )
+            if state == "ok":
+                conn.execute("UPDATE tasks SET failures = 0 WHERE id = ?", (task_id,))
+            else:
+                conn.execute(
+                    "UPDATE tasks SET failures = failures + 1, "
+                    "state = CASE WHEN state = 'active' AND failures + 1 >= ? THEN 'paused' ELSE state END "
+                    "WHERE id = ?",
+                    (pause_after, task_id),
+                )
+            row = conn.execute(f"SELECT {_TASK_COLS} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            return _task(row) if row is not None else None
+
+        return await self._write(finish)
+
+    async def interrupt_firings(self, now: float) -> list[FiringRow]:
+        """Firings a crash left running, marked interrupted: never run again, as each due time fires
+        at most once. Called at start by a bot that is the only one on its database."""
+
+        def interrupt(conn: Conn) -> list[FiringRow]:
+            rows = conn.execute(
+                f"UPDATE task_firings SET state = 'interrupted', ended_at = ? WHERE state = 'running' "
+                f"RETURNING {_FIRING_COLS}",
+                (now,),
+            ).fetchall()
+            return [_firing(row) for row in rows]
+
+        return await self._write(interrupt)
+
+    async def firings(self, task_id: str, limit: int = 20) -> list[FiringRow]:
+        """A task's firings, newest first."""
+        rows = await self._rows(
+            f"SELECT {_FIRING_COLS} FROM task_firings WHERE task_id = ? ORDER BY due_at DESC LIMIT ?",
+            (task_id, limit),
+        )
+        return [_firing(row) for row in rows]
