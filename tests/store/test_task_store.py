@@ -69,8 +69,7 @@ async def test_consecutive_failures_pause_a_task_and_a_success_resets_the_count(
         after = await store.finish_firing(
             "t1", due, "error", due + 1, run_id=None, detail="boom", pause_after=2
         )
-        assert after is not None
-    assert after.state == "paused" and after.failures == 2
+    assert after is not None and after.state == "paused" and after.failures == 2
     assert await store.due_tasks(NOW + 10 * 86400) == []
 
     await store.add_task(task("t2"), max_per_chat=10)
