@@ -34,6 +34,7 @@ from bridge.sessions.service import SessionService
 from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
 from bridge.store.postgres import PostgresEngine, PostgresStore
+from bridge.tasks.scheduler import TaskService
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
 
@@ -104,6 +105,9 @@ class Bridge:
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider, self.profiles)
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
+        # Scheduled tasks: the scheduled_tasks tools make them; the loop fires them once recover() ran.
+        self.tasks = TaskService(settings, self.store, self.runner, self.lanes, self.delivery)
+        self.runner.tasks = self.tasks
         self.metrics = Metrics()
         self.runner.metrics = self.metrics
         self.live = LiveEvents()
@@ -238,11 +242,14 @@ class Bridge:
         if self.share is not None:
             # Sharing: the share's sweep and claims do both, for this worker's share of the work.
             await self.share.start()
+            # Each due time is claimed by one conditional update, so every worker may run the loop.
+            await self.tasks.start(alone=False)
             return
         # Queued first, so in each chat they go before anything the resumed answers send.
         undelivered = await self.delivery.recover(upto=self._left_over)
         await self.dispatcher.resume()
         await asyncio.gather(*undelivered, return_exceptions=True)
+        await self.tasks.start(alone=True)
 
     async def shutdown(self) -> None:
         """Take no new work; let answers in progress finish and be delivered for up to the grace period.
@@ -252,6 +259,8 @@ class Bridge:
         what the courier could not send by then stays in the outbox for the next start.
         """
         self.dispatcher.closing = True
+        # No task fires from now on; one firing already stays in the lanes' grace period below.
+        await self.tasks.halt()
         grace = self.settings.runs.shutdown_grace_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
@@ -283,6 +292,7 @@ class Bridge:
             self._watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watching
+        await self.tasks.stop()
         await self.a2a.close()
         await self.lanes.close()
         await self.compactor.close()

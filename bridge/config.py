@@ -503,6 +503,18 @@ class SessionSettings(_Section):
     agent_to_agent: AgentToAgentSettings = Field(default_factory=AgentToAgentSettings)
 
 
+class TasksSettings(_Section):
+    """Scheduled tasks (the `scheduled_tasks` tool group): how they are kept and caught up."""
+
+    # A firing missed while the bot was down runs at start if it is at most this late; older ones
+    # are recorded as missed and the chat that made the task is told.
+    catch_up_s: float = Field(600.0, ge=0)
+    # Active and paused tasks one chat may hold; past it, schedule_task refuses.
+    max_per_chat: int = Field(20, ge=0, le=1000)
+    # Consecutive failed firings after which a task is paused (and its chat told).
+    pause_after_failures: int = Field(3, ge=1, le=100)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BRIDGE_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -522,6 +534,7 @@ class Settings(BaseSettings):
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     session: SessionSettings = Field(default_factory=SessionSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
+    tasks: TasksSettings = Field(default_factory=TasksSettings)
 
     @field_validator("log_level", "log_level_libraries", mode="before")
     @classmethod

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
@@ -25,6 +25,9 @@ from bridge.store.sqlite import new_id
 from bridge.text import scrub
 from bridge.tools.base import SessionMessenger, ToolContext
 from bridge.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from bridge.tasks.scheduler import TaskService
 
 log = logging.getLogger(__name__)
 # The one line per finished run, on a logger of its own so `bridge chat` can leave it out.
@@ -76,6 +79,8 @@ class AgentRunner:
         self.profiles = profiles or Profiles(settings.llm, registry, provider)
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
+        # Scheduled tasks, for the scheduled_tasks tools (set by the Bridge that runs the scheduler).
+        self.tasks: TaskService | None = None
         # Set by the composition root: where runs, model requests and tool calls are counted, and
         # the admin server's live stream.
         self.metrics: Metrics | None = None
@@ -132,6 +137,7 @@ class AgentRunner:
             loaded_groups=loaded,
             channel=channel,
             messenger=self.messenger,
+            tasks=self.tasks,
         )
         summary = context.summary.content if context.summary else None
         replay = build_messages(rows, agent.max_tool_result_chars)

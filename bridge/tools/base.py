@@ -12,6 +12,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.store.base import SessionRow, Store
+    from bridge.tasks.scheduler import TaskService
     from bridge.tools.registry import ToolRegistry
 
 
@@ -63,6 +64,8 @@ class ToolContext:
     # Where the run's input came from: a surface name, or AGENT_CHANNEL.
     channel: str | None = None
     messenger: SessionMessenger | None = None
+    # Scheduled tasks (the scheduled_tasks group); None where the bot runs no scheduler.
+    tasks: TaskService | None = None
 
 
 # Called with what bridge.tools.arguments.validate_arguments made of the call's JSON arguments: an

@@ -10,6 +10,7 @@ from bridge.tools.base import ToolGroup
 from bridge.tools.builtin.core import LOAD_TOOL_GROUP, core_tools
 from bridge.tools.builtin.files import files_group
 from bridge.tools.builtin.sessions import sessions_group
+from bridge.tools.builtin.tasks import tasks_group
 from bridge.tools.builtin.web import web_group
 from bridge.tools.manifest import load_manifest, manifest_files
 from bridge.tools.registry import ToolRegistry
@@ -21,7 +22,7 @@ def build_registry(settings: Settings, extra_groups: tuple[ToolGroup, ...] = ())
     if LOAD_TOOL_GROUP in disabled:
         raise ConfigError(f"tools.disabled: {LOAD_TOOL_GROUP} cannot be disabled; groups need it")
     try:
-        groups = [sessions_group(), files_group(), web_group(), *extra_groups]
+        groups = [sessions_group(), files_group(), web_group(), tasks_group(), *extra_groups]
         groups += [load_manifest(path) for path in manifest_files(settings.tools.manifests)]
     except ManifestError as exc:
         raise ConfigError(f"tools.manifests: {exc}") from None

@@ -82,7 +82,10 @@ async def test_loading_an_unknown_group_lists_the_available_groups(
         await h.say("load nonexistent")
     result = tool_messages(fake_llm.requests[1])[-1]
     assert "not_found" in result
-    assert "Tool group 'nonexistent' not found. Available groups: sessions, files, web, pdf" in result
+    assert (
+        "Tool group 'nonexistent' not found. Available groups: sessions, files, web, scheduled_tasks, pdf"
+        in result
+    )
     assert h.request_tools(1) == CORE_TOOLS
 
 

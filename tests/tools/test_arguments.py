@@ -67,6 +67,9 @@ BAD_CALLS: dict[str, tuple[dict[str, Any], str]] = {
         "'include_tools' must be true or false",
     ),
     "sessions_send": ({"session_key": "main", "timeout_seconds": -1}, "'message' is required"),
+    "schedule_task": ({"prompt": "stretch"}, "'when' is required"),
+    "list_tasks": ({"include_ended": "maybe"}, "'include_ended' must be true or false"),
+    "cancel_task": ({"task_id": "  "}, "'task_id' must not be empty"),
 }
 
 

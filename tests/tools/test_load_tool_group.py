@@ -54,7 +54,7 @@ async def test_unknown_group_lists_all_available_groups(ctx: ToolContext) -> Non
     assert "'nonexistent'" in result.content
     for group in ctx.registry.groups():
         assert group.name in result.content
-    assert "Available groups: sessions, files, web" in result.content
+    assert "Available groups: sessions, files, web, scheduled_tasks" in result.content
     assert ctx.loaded_groups == set()
 
 

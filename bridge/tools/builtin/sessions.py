@@ -130,7 +130,7 @@ async def _sessions_list(args: SessionsListArgs, ctx: ToolContext) -> ToolResult
     return ToolResult.success({"sessions": rows, "count": len(rows)})
 
 
-async def _resolve(ref: str, ctx: ToolContext) -> SessionRow | ToolResult:
+async def resolve_session(ref: str, ctx: ToolContext) -> SessionRow | ToolResult:
     """The session named by 'session_key' (a key, or a session id), if this session may see it."""
     session = None if ref in RESERVED_KEYS else await ctx.store.active_session(ref)
     if session is None:
@@ -144,7 +144,7 @@ async def _resolve(ref: str, ctx: ToolContext) -> SessionRow | ToolResult:
 
 
 async def _sessions_history(args: SessionsHistoryArgs, ctx: ToolContext) -> ToolResult:
-    session = await _resolve(args.session_key, ctx)
+    session = await resolve_session(args.session_key, ctx)
     if isinstance(session, ToolResult):
         return session
     history = await ctx.store.history(session.id, args.limit, chat_only=not args.include_tools)
@@ -174,7 +174,7 @@ async def _sessions_send(args: SessionsSendArgs, ctx: ToolContext) -> ToolResult
         return ToolResult.error(
             "not_allowed", "sessions_send cannot be used while answering another session's agent."
         )
-    target = await _resolve(args.session_key, ctx)
+    target = await resolve_session(args.session_key, ctx)
     if isinstance(target, ToolResult):
         return target
     if target.key == ctx.session.key:
