@@ -267,7 +267,8 @@ class TaskService:
                 run_id, status = result.run_id, result.status
                 detail = None if result.status == "ok" else (result.stop_reason or result.reply)[:500]
                 if result.outbox:
-                    self.delivery.deliver(result.outbox)
+                    # Waited for, as a chat's turn waits for its reply: the firing ends once it is sent.
+                    await self.delivery.deliver(result.outbox)
                 if route is None:
                     detail = f"no chat to deliver to: session '{task.deliver_to}' has never been written in"
                     status = "error"
