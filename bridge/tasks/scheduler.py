@@ -35,6 +35,9 @@ TASK_CHANNEL = "task"
 MAX_SLEEP_S = 60.0
 # A cron task down for ages is caught up by walking its due times up to now, this many at most.
 MAX_WALK = 10_000
+# After a pass that failed, the loop waits this long before the next: a fault that repeats (the
+# database away) must not become a busy loop that floods the log.
+RETRY_AFTER_S = 5.0
 
 
 class TaskError(Exception):
@@ -178,12 +181,15 @@ class TaskService:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
+            floor = 0.0
             try:
                 await self.tick()
             except Exception:
                 log.exception("scheduled tasks: a pass over the due tasks failed; trying again shortly")
+                floor = RETRY_AFTER_S
             upcoming = await self._next_due()
             delay = MAX_SLEEP_S if upcoming is None else min(max(upcoming - self.clock(), 0.0), MAX_SLEEP_S)
+            delay = max(delay, floor)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
 
@@ -200,8 +206,15 @@ class TaskService:
         now = self.clock()
         started = 0
         for task in await self.store.due_tasks(now):
-            if await self._due(task, now):
-                started += 1
+            try:
+                fired = await self._due(task, now)
+            except Exception:
+                # One task that cannot be worked out must not hold up the others, nor come round
+                # again at once: it is paused, and the log says why.
+                log.exception("task %s could not be fired; pausing it", task.id)
+                await self.store.end_task(task.id, "paused")
+                continue
+            started += fired
         return started
 
     async def _due(self, task: TaskRow, now: float) -> bool:

@@ -5,6 +5,7 @@ downtime, paused after failures, and never fired twice after a crash."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -215,3 +216,20 @@ async def test_a_firing_a_crash_cut_short_is_never_run_again(bot: tuple[Harness,
         assert [f.state for f in await store.firings(task.id)] == ["interrupted"]
     finally:
         await service.stop()
+
+
+async def test_a_task_that_cannot_be_worked_out_is_paused_and_the_others_still_fire(
+    bot: tuple[Harness, Clock],
+) -> None:
+    harness, clock = bot
+    service, store = harness.bridge.tasks, harness.bridge.store
+    await schedule(harness, "in 10 minutes", "good")
+    good = await only_task(service)
+    broken = dataclasses.replace(good, id="broken", expression="not a cron", kind="cron", next_due=T0 + 60)
+    assert await store.add_task(broken, max_per_chat=10)
+    clock.now = T0 + 600
+    harness.llm.push(text("still fired"))
+    assert await fire(service) == 1
+    assert harness.sender.of("reply")[-1] == "still fired"
+    after = await store.get_task("broken")
+    assert after is not None and after.state == "paused"
