@@ -11,8 +11,6 @@ from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     SecretStr,
@@ -21,6 +19,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from bridge.config_base import Section as _Section
+from bridge.config_tasks import HookSettings, TasksSettings, check_hooks
 
 _OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
 # [llm.profiles.NAME]: names owners type after /model; "default" is [llm] itself.
@@ -52,11 +53,6 @@ def url_userinfo(text: str) -> list[str]:
 def known_surfaces() -> list[str]:
     """The installed adapters' names: console, telegram, discord and any third-party platform."""
     return sorted({ep.name for ep in entry_points(group=ADAPTER_GROUP)})
-
-
-class _Section(BaseModel):
-    # A typo in a key is an error that names the key, not a silently ignored setting.
-    model_config = ConfigDict(extra="forbid")
 
 
 def _url(value: str | None, example: str, schemes: str = "https?") -> str | None:
@@ -503,18 +499,6 @@ class SessionSettings(_Section):
     agent_to_agent: AgentToAgentSettings = Field(default_factory=AgentToAgentSettings)
 
 
-class TasksSettings(_Section):
-    """Scheduled tasks (the `scheduled_tasks` tool group): how they are kept and caught up."""
-
-    # A firing missed while the bot was down runs at start if it is at most this late; older ones
-    # are recorded as missed and the chat that made the task is told.
-    catch_up_s: float = Field(600.0, ge=0)
-    # Active and paused tasks one chat may hold; past it, schedule_task refuses.
-    max_per_chat: int = Field(20, ge=0, le=1000)
-    # Consecutive failed firings after which a task is paused (and its chat told).
-    pause_after_failures: int = Field(3, ge=1, le=100)
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BRIDGE_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -535,6 +519,8 @@ class Settings(BaseSettings):
     session: SessionSettings = Field(default_factory=SessionSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     tasks: TasksSettings = Field(default_factory=TasksSettings)
+    # [[hooks]]: webhooks, POST /hooks/<name> (see bridge.config_tasks.HookSettings).
+    hooks: list[HookSettings] = Field(default_factory=list)
 
     @field_validator("log_level", "log_level_libraries", mode="before")
     @classmethod
@@ -553,6 +539,12 @@ class Settings(BaseSettings):
             if not _OWNER_RE.match(owner):
                 raise ValueError(f"{owner!r} is not of the form surface:user_id, e.g. 'telegram:42'")
         return value
+
+    @model_validator(mode="after")
+    def _hooks_served(self) -> Settings:
+        telegram_webhook = self.telegram.enabled and self.telegram.mode == "webhook"
+        check_hooks(self.hooks, admin=self.admin.enabled, telegram_webhook=telegram_webhook)
+        return self
 
     @classmethod
     def settings_customise_sources(

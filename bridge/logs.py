@@ -57,8 +57,9 @@ def secret_values(model: BaseModel) -> Iterator[str]:
         elif isinstance(value, BaseModel):
             yield from secret_values(value)
             continue
-        elif isinstance(value, dict):
-            for item in value.values():
+        elif isinstance(value, dict | list):
+            # Tables of sections ([llm.profiles.NAME]) and arrays of them ([[hooks]]).
+            for item in value.values() if isinstance(value, dict) else value:
                 if isinstance(item, BaseModel):
                     yield from secret_values(item)
             continue
