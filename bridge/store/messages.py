@@ -30,12 +30,14 @@ class MessageTable(SessionTable):
         sender: str | None = None,
         platform_msg_id: str | None = None,
         via_session: str | None = None,
+        queued: bool = True,
     ) -> int | None:
         """Store a user message; None when the platform message id was stored before (a redelivery,
         or a second worker that received it too).
 
         A chat message also joins the intake queue, in the same transaction, until a run takes it up:
         where several workers share the database, any of them may claim it (bridge.gateway.sharing).
+        `queued=False` keeps it out: a scheduled task's or a webhook's prompt, run by its caller.
         """
 
         def add(conn: Conn) -> int | None:
@@ -48,7 +50,7 @@ class MessageTable(SessionTable):
                 platform_msg_id=platform_msg_id,
                 via_session=via_session,
             )
-            if found is not None and via_session is None:
+            if found is not None and via_session is None and queued:
                 conn.execute("INSERT INTO intake (message_id, session_id) VALUES (?, ?)", (found, session_id))
             return found
 

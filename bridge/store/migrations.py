@@ -257,6 +257,29 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX task_firings_running ON task_firings (task_id) WHERE state = 'running';
     """,
+    # 10: webhooks and `bridge tasks run-now`. An event is stored before its request is answered,
+    # once per (hook, event key); its run claims it with one conditional update, as a task's firing
+    # is claimed. run_requested asks the running bot to fire a task now, from another process.
+    """
+    ALTER TABLE tasks ADD COLUMN run_requested REAL;
+    CREATE INDEX tasks_run_requested ON tasks (run_requested) WHERE run_requested IS NOT NULL;
+    CREATE TABLE hook_events (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        hook        TEXT NOT NULL,
+        event_key   TEXT,
+        session_key TEXT NOT NULL,
+        deliver_to  TEXT NOT NULL,
+        prompt      TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        state       TEXT NOT NULL,
+        run_id      TEXT,
+        started_at  REAL,
+        ended_at    REAL,
+        detail      TEXT
+    );
+    CREATE UNIQUE INDEX hook_events_once ON hook_events (hook, event_key) WHERE event_key IS NOT NULL;
+    CREATE INDEX hook_events_open ON hook_events (id) WHERE state IN ('pending', 'running');
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bridge.store.claims import WorkerClaim
+from bridge.store.hooks import HookTable
 from bridge.store.intake import IntakeTable
 from bridge.store.outbox import OutboxTable
 from bridge.store.pairing import PairingTable
@@ -11,10 +12,12 @@ from bridge.store.tasks import TaskTable
 from bridge.store.workers import WorkerTable
 
 
-class DatabaseStore(RunTable, OutboxTable, IntakeTable, WorkerTable, WorkerClaim, PairingTable, TaskTable):
-    """Sessions, messages, runs, the outbox, memories, DM pairing and scheduled tasks, on the engine
-    given (SQLite or PostgreSQL).
+class DatabaseStore(
+    RunTable, OutboxTable, IntakeTable, WorkerTable, WorkerClaim, PairingTable, TaskTable, HookTable
+):
+    """Sessions, messages, runs, the outbox, memories, DM pairing, scheduled tasks and webhook events,
+    on the engine given (SQLite or PostgreSQL).
 
     Each table's code is a class of its own (sessions.py, messages.py, runs.py, outbox.py, pairing.py,
-    tasks.py); this class only puts them together.
+    tasks.py, hooks.py); this class only puts them together.
     """

@@ -34,6 +34,8 @@ class TaskRow:
     # The chat to deliver to, as it was when the task was made (Route JSON): used when the target
     # session has no route of its own yet.
     route: str | None = None
+    # When `bridge tasks run-now` asked for a firing outside the schedule (None: not asked).
+    run_requested: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +51,28 @@ class FiringRow:
 
 _TASK_COLS = (
     "id, chat_key, deliver_to, prompt, kind, expression, zone, state, created_at, next_due, failures, "
-    "last_fired, route"
+    "last_fired, route, run_requested"
 )
 _FIRING_COLS = "task_id, due_at, state, started_at, run_id, ended_at, detail"
 
 
 def _task(row: tuple[object, ...]) -> TaskRow:
-    (id_, chat, deliver, prompt, kind, expression, zone, state, created, due, failures, fired, route) = row
+    (
+        id_,
+        chat,
+        deliver,
+        prompt,
+        kind,
+        expression,
+        zone,
+        state,
+        created,
+        due,
+        failures,
+        fired,
+        route,
+        asked,
+    ) = row
     return TaskRow(
         str(id_),
         str(chat),
@@ -70,6 +87,7 @@ def _task(row: tuple[object, ...]) -> TaskRow:
         int(failures),  # type: ignore[call-overload]
         None if fired is None else float(fired),  # type: ignore[arg-type]
         None if route is None else str(route),
+        None if asked is None else float(asked),  # type: ignore[arg-type]
     )
 
 
@@ -102,7 +120,7 @@ class TaskTable(Database):
             if held is not None and int(held[0]) >= max_per_chat:
                 return False
             conn.execute(
-                f"INSERT INTO tasks ({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO tasks ({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     task.id,
                     task.chat_key,
@@ -117,6 +135,7 @@ class TaskTable(Database):
                     task.failures,
                     task.last_fired,
                     task.route,
+                    task.run_requested,
                 ),
             )
             return True
@@ -151,9 +170,55 @@ class TaskTable(Database):
         return [_task(row) for row in rows]
 
     async def next_due(self) -> float | None:
-        """The soonest due time of any active task."""
-        rows = await self._rows("SELECT MIN(next_due) FROM tasks WHERE state = 'active'")
-        return None if not rows or rows[0][0] is None else float(rows[0][0])
+        """The soonest due time of any active task (a run asked for by `bridge tasks run-now` is due
+        at once)."""
+        rows = await self._rows(
+            "SELECT MIN(next_due), MIN(run_requested) FROM tasks WHERE state IN ('active', 'paused') "
+            "AND (state = 'active' OR run_requested IS NOT NULL)"
+        )
+        times = [float(t) for t in (rows[0] if rows else ()) if t is not None]
+        return min(times) if times else None
+
+    async def request_run(self, task_id: str, now: float) -> TaskRow | None:
+        """Ask the running bot to fire a live task now (`bridge tasks run-now`); None when not live."""
+
+        def ask(conn: Conn) -> TaskRow | None:
+            row = conn.execute(
+                f"UPDATE tasks SET run_requested = ? WHERE id = ? AND state IN ('active', 'paused') "
+                f"RETURNING {_TASK_COLS}",
+                (now, task_id),
+            ).fetchone()
+            return _task(row) if row is not None else None
+
+        return await self._write(ask)
+
+    async def requested_runs(self, limit: int = 100) -> list[TaskRow]:
+        rows = await self._rows(
+            f"SELECT {_TASK_COLS} FROM tasks WHERE run_requested IS NOT NULL "
+            "AND state IN ('active', 'paused') ORDER BY run_requested LIMIT ?",
+            (limit,),
+        )
+        return [_task(row) for row in rows]
+
+    async def claim_requested_run(self, task_id: str, requested: float, run_id: str, now: float) -> bool:
+        """Take a run asked for at `requested` (its firing is recorded as due then); False when another
+        process took it first. The schedule stays as it was."""
+
+        def claim(conn: Conn) -> bool:
+            moved = conn.execute(
+                "UPDATE tasks SET run_requested = NULL, last_fired = ? WHERE id = ? AND run_requested = ?",
+                (now, task_id, requested),
+            )
+            if moved.rowcount != 1:
+                return False
+            conn.execute(
+                f"INSERT INTO task_firings ({_FIRING_COLS}) VALUES (?, ?, 'running', ?, ?, NULL, ?) "
+                "ON CONFLICT DO NOTHING",
+                (task_id, requested, now, run_id, "run now"),
+            )
+            return True
+
+        return await self._write(claim)
 
     async def end_task(self, task_id: str, state: TaskState) -> TaskRow | None:
         """Cancel or pause a live task (or resume a paused one as 'active'); None when it isn't live."""
@@ -177,9 +242,11 @@ class TaskTable(Database):
         *,
         state: FiringState = "running",
         detail: str | None = None,
+        run_id: str | None = None,
     ) -> bool:
         """Take the firing of `task_id` at `due` and move the task on to `following` (None ends it, as
-        a one-shot task ends once fired). False when someone else took it first."""
+        a one-shot task ends once fired). False when someone else took it first. `run_id`: the run
+        that will answer it, so a start after a crash can tell whether it ended."""
 
         def claim(conn: Conn) -> bool:
             moved = conn.execute(
@@ -194,7 +261,7 @@ class TaskTable(Database):
             conn.execute(
                 f"INSERT INTO task_firings ({_FIRING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT DO NOTHING",
-                (task_id, due, state, now, None, ended, detail),
+                (task_id, due, state, now, run_id, ended, detail),
             )
             return True
 
@@ -212,17 +279,18 @@ class TaskTable(Database):
         pause_after: int,
     ) -> TaskRow | None:
         """Record how a firing ended; a failure counts towards pausing the task, a success resets the
-        count. The task as it is now (paused where this failure was one too many)."""
+        count (a firing a crash cut short does neither: no fault of the task's). The task as it is
+        now (paused where this failure was one too many)."""
 
         def finish(conn: Conn) -> TaskRow | None:
             conn.execute(
-                "UPDATE task_firings SET state = ?, ended_at = ?, run_id = ?, detail = ? "
+                "UPDATE task_firings SET state = ?, ended_at = ?, run_id = COALESCE(?, run_id), detail = ? "
                 "WHERE task_id = ? AND due_at = ?",
                 (state, now, run_id, detail, task_id, due),
             )
             if state == "ok":
                 conn.execute("UPDATE tasks SET failures = 0 WHERE id = ?", (task_id,))
-            else:
+            elif state == "error":
                 conn.execute(
                     "UPDATE tasks SET failures = failures + 1, "
                     "state = CASE WHEN state = 'active' AND failures + 1 >= ? THEN 'paused' ELSE state END "
@@ -234,19 +302,11 @@ class TaskTable(Database):
 
         return await self._write(finish)
 
-    async def interrupt_firings(self, now: float) -> list[FiringRow]:
-        """Firings a crash left running, marked interrupted: never run again, as each due time fires
-        at most once. Called at start by a bot that is the only one on its database."""
-
-        def interrupt(conn: Conn) -> list[FiringRow]:
-            rows = conn.execute(
-                f"UPDATE task_firings SET state = 'interrupted', ended_at = ? WHERE state = 'running' "
-                f"RETURNING {_FIRING_COLS}",
-                (now,),
-            ).fetchall()
-            return [_firing(row) for row in rows]
-
-        return await self._write(interrupt)
+    async def running_firings(self) -> list[FiringRow]:
+        """Firings whose run began and has not been recorded as ended: at a start on a database no
+        other process uses, the ones a crash cut short."""
+        rows = await self._rows(f"SELECT {_FIRING_COLS} FROM task_firings WHERE state = 'running'")
+        return [_firing(row) for row in rows]
 
     async def firings(self, task_id: str, limit: int = 20) -> list[FiringRow]:
         """A task's firings, newest first."""

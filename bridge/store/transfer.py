@@ -28,9 +28,10 @@ TABLES = (
     "paired_users",
     "tasks",
     "task_firings",
+    "hook_events",
 )
 # Tables whose ids PostgreSQL hands out: after the copy, its counters start past the copied ids.
-IDENTITY_TABLES = ("messages", "memories", "outbox", "summaries")
+IDENTITY_TABLES = ("messages", "memories", "outbox", "summaries", "hook_events")
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,12 +80,38 @@ async def test_consecutive_failures_pause_a_task_and_a_success_resets_the_count(
     assert ok is not None and ok.failures == 0 and ok.state == "active"
 
 
-async def test_firings_a_crash_left_running_are_marked_interrupted(store: DatabaseStore) -> None:
+async def test_a_firing_a_crash_left_running_is_listed_with_its_run_until_its_end_is_recorded(
+    store: DatabaseStore,
+) -> None:
     await store.add_task(task(), max_per_chat=10)
-    await store.claim_firing("t1", NOW, NOW + 86400, NOW)
-    (interrupted,) = await store.interrupt_firings(NOW + 60)
-    assert (interrupted.task_id, interrupted.state) == ("t1", "interrupted")
-    assert await store.interrupt_firings(NOW + 61) == []
+    await store.claim_firing("t1", NOW, NOW + 86400, NOW, run_id="r1")
+    (running,) = await store.running_firings()
+    assert (running.task_id, running.state, running.run_id) == ("t1", "running", "r1")
+    after = await store.finish_firing(
+        "t1", NOW, "interrupted", NOW + 60, run_id=None, detail="cut short", pause_after=1
+    )
+    # A crash is no fault of the task's: it neither counts towards pausing it nor keeps its run id from
+    # being recorded.
+    assert after is not None and after.failures == 0 and after.state == "active"
+    assert await store.running_firings() == []
+    (ended,) = await store.firings("t1")
+    assert (ended.state, ended.run_id, ended.detail) == ("interrupted", "r1", "cut short")
+
+
+async def test_a_run_asked_for_now_is_due_at_once_and_claimed_once(store: DatabaseStore) -> None:
+    await store.add_task(task(due=NOW + 3600), max_per_chat=10)
+    asked = await store.request_run("t1", NOW)
+    assert asked is not None and asked.run_requested == NOW
+    assert await store.next_due() == NOW
+    claims = [store.claim_requested_run("t1", NOW, f"r{n}", NOW + 1) for n in range(5)]
+    assert sorted(await asyncio.gather(*claims)) == [False] * 4 + [True]
+    assert await store.requested_runs() == []
+    left = await store.get_task("t1")
+    # The schedule is untouched: the next due time is the one it had.
+    assert left is not None and left.next_due == NOW + 3600 and left.run_requested is None
+    (firing,) = await store.firings("t1")
+    assert (firing.due_at, firing.state) == (NOW, "running")
+    assert await store.request_run("missing", NOW) is None
 
 
 async def test_due_tasks_and_next_due_skip_paused_and_cancelled_ones(store: DatabaseStore) -> None:
