@@ -4,50 +4,32 @@ answered through the outbox under the target chat's send policy."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
-from zoneinfo import ZoneInfo
 
 from bridge.config import Settings
-from bridge.events import Outbound, Route
 from bridge.sessions.keys import cron
-from bridge.store.base import OutboxItem, SessionRow
+from bridge.store.base import SessionRow
+from bridge.store.sessions import new_id
 from bridge.store.tables import DatabaseStore
-from bridge.store.tasks import FiringState, TaskRow
-from bridge.tasks.when import Schedule, WhenError, next_fire, parse_when
-
-if TYPE_CHECKING:
-    from bridge.agent.runner import AgentRunner
-    from bridge.gateway.delivery import Delivery
-    from bridge.gateway.lanes import Lanes
+from bridge.store.tasks import FiringRow, FiringState, TaskRow
+from bridge.tasks.headless import Headless
+from bridge.tasks.loop import DueLoop
+from bridge.tasks.when import Schedule, WhenError, next_fire, parse_when, when_text
 
 log = logging.getLogger(__name__)
 
 # The channel a task's run is marked with (traces, runs); like an agent's, it has no person behind it.
 TASK_CHANNEL = "task"
-# The loop looks at the table at least this often, so a clock that jumps (a suspended host) or a task
-# another process added is noticed without a wake-up.
-MAX_SLEEP_S = 60.0
 # A cron task down for ages is caught up by walking its due times up to now, this many at most.
 MAX_WALK = 10_000
-# After a pass that failed, the loop waits this long before the next: a fault that repeats (the
-# database away) must not become a busy loop that floods the log.
-RETRY_AFTER_S = 5.0
 
 
 class TaskError(Exception):
     """Why a task cannot be made or changed, in words the model (and the person) can act on."""
-
-
-def when_text(stamp: float | None, zone: str) -> str:
-    if stamp is None:
-        return "never again"
-    return datetime.fromtimestamp(stamp, ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
 
 
 def task_prompt(task: TaskRow, due: float) -> str:
@@ -58,28 +40,29 @@ def task_prompt(task: TaskRow, due: float) -> str:
     )
 
 
-class TaskService:
-    """Makes, lists and cancels tasks for the tools and commands; fires them from a loop."""
+def _own_route(task: TaskRow) -> str | None:
+    """The stored route of the chat that made the task, where it is the chat the task answers in
+    (the route stored with a task is its target's)."""
+    return task.route if task.chat_key == task.deliver_to else None
+
+
+class TaskService(DueLoop):
+    """Makes, lists and cancels tasks for the tools, commands and CLI; fires them from a loop."""
+
+    name = "tasks"
 
     def __init__(
         self,
         settings: Settings,
         store: DatabaseStore,
-        runner: AgentRunner,
-        lanes: Lanes,
-        delivery: Delivery,
+        headless: Headless,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(clock)
         self.settings = settings
         self.store = store
-        self.runner = runner
-        self.lanes = lanes
-        self.delivery = delivery
-        self.clock = clock
-        self._wake = asyncio.Event()
-        self._loop: asyncio.Task[None] | None = None
-        self._firings: set[asyncio.Task[None]] = set()
+        self.headless = headless
 
     # ------------------------------------------------------------------ for the tools and commands
 
@@ -137,6 +120,15 @@ class TaskService:
             raise TaskError(f"Task {task_id} has just ended.")
         return ended
 
+    async def request_run(self, task_id: str) -> TaskRow:
+        """Ask for a firing now, outside the schedule (`bridge tasks run-now`, from any process): the
+        running bot fires it within a few seconds, once, and the schedule stays as it is."""
+        task = await self.store.request_run(task_id.strip(), self.clock())
+        if task is None:
+            raise TaskError(f"No live task {task_id}; `bridge tasks list` shows them.")
+        self.wake()
+        return task
+
     @staticmethod
     def schedule_of(task: TaskRow) -> Schedule:
         return Schedule(task.kind, task.expression, task.zone)  # type: ignore[arg-type]
@@ -147,64 +139,28 @@ class TaskService:
     # ------------------------------------------------------------------ the loop
 
     async def start(self, *, alone: bool) -> None:
-        """Begin firing. `alone`: no other process shares the database, so firings left running
-        belong to a crash of this bot and are marked interrupted (never run twice)."""
+        """Begin firing. `alone`: no other process shares the database, so firings left running are
+        a crash's: each is settled from its run's own row, never run twice."""
         if alone:
-            for firing in await self.store.interrupt_firings(self.clock()):
-                log.warning("task %s: its firing due %s was interrupted", firing.task_id, firing.due_at)
-        self._loop = asyncio.create_task(self._run(), name="tasks")
+            for firing in await self.store.running_firings():
+                await self._settle(firing)
+        self.begin()
 
-    def wake(self) -> None:
-        self._wake.set()
-
-    async def halt(self) -> None:
-        """Fire nothing more; firings in progress go on (a shutdown's grace period covers them)."""
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop
-
-    async def stop(self) -> None:
-        """Fire nothing more, and stop the firings in progress (each recorded as interrupted)."""
-        await self.halt()
-        await self.idle(cancel=True)
-
-    async def idle(self, *, cancel: bool = False) -> None:
-        """Wait until the firings in progress have ended (cancelled first, with `cancel`)."""
-        while self._firings:
-            if cancel:
-                for firing in self._firings:
-                    firing.cancel()
-            await asyncio.gather(*list(self._firings), return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            self._wake.clear()
-            floor = 0.0
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("scheduled tasks: a pass over the due tasks failed; trying again shortly")
-                floor = RETRY_AFTER_S
-            upcoming = await self._next_due()
-            delay = MAX_SLEEP_S if upcoming is None else min(max(upcoming - self.clock(), 0.0), MAX_SLEEP_S)
-            delay = max(delay, floor)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
-
-    async def _next_due(self) -> float | None:
-        try:
-            return await self.store.next_due()
-        except Exception:
-            log.exception("scheduled tasks: the next due time could not be read")
-            return None
+    async def next_due(self) -> float | None:
+        return await self.store.next_due()
 
     async def tick(self) -> int:
-        """Fire every task due by now; the number of firings started. Runs go on in the background
-        (see idle()); a task whose due time is past the catch-up window is recorded as missed."""
+        """Fire every task due by now, and every run asked for; the number of firings started. Runs
+        go on in the background (see idle()); a task whose due time is past the catch-up window is
+        recorded as missed."""
         now = self.clock()
         started = 0
+        for task in await self.store.requested_runs():
+            assert task.run_requested is not None
+            run_id = new_id()
+            if await self.store.claim_requested_run(task.id, task.run_requested, run_id, now):
+                self.spawn(self._fire(task, task.run_requested, run_id), f"task:{task.id}")
+                started += 1
         for task in await self.store.due_tasks(now):
             try:
                 fired = await self._due(task, now)
@@ -240,98 +196,90 @@ class TaskService:
             note = f"{skipped} earlier due time(s) passed while the bot was down; ran the latest"
             if not await self.store.claim_firing(task.id, due, latest, now, state="missed", detail=note):
                 return False
-        if not await self.store.claim_firing(task.id, latest, following, now):
+        run_id = new_id()
+        if not await self.store.claim_firing(task.id, latest, following, now, run_id=run_id):
             return False
-        firing = asyncio.create_task(self._fire(task, latest), name=f"task:{task.id}")
-        self._firings.add(firing)
-        firing.add_done_callback(self._firings.discard)
+        self.spawn(self._fire(task, latest, run_id), f"task:{task.id}")
         return True
 
-    async def run_now(self, task_id: str) -> None:
-        """Fire a live task at once, outside its schedule (its next due time stays as it is)."""
-        task = await self.store.get_task(task_id)
-        if task is None or task.state not in ("active", "paused"):
-            raise TaskError(f"No live task {task_id}.")
-        await self._fire(task, self.clock(), record=False)
-
-    async def _fire(self, task: TaskRow, due: float, *, record: bool = True) -> None:
+    async def _fire(self, task: TaskRow, due: float, run_id: str) -> None:
         """One firing: the prompt into the task's own session, a run there, the answer queued with the
         run's end (so a crash after it still delivers it, once) and sent."""
-        key = str(cron(task.id))
-        route = await self._route(task.deliver_to, task.route)
-        status: str = "error"
-        run_id: str | None = None
-        detail: str | None = None
         try:
-
-            async def plan(run: str, text: str) -> list[OutboxItem]:
-                if route is None:
-                    return []
-                item = Outbound(
-                    route, "reply", text, run, session_key=task.deliver_to, dedupe_key=f"task:{run}"
-                )
-                return await self.delivery.plan(item)
-
-            async def job() -> None:
-                nonlocal status, run_id, detail
-                session = await self.store.ensure_active_session(key)
-                await self.store.add_user_message(session.id, task_prompt(task, due), sender="scheduler")
-                result = await self.runner.run(session, channel=TASK_CHANNEL, reply=plan)
-                run_id, status = result.run_id, result.status
-                detail = None if result.status == "ok" else (result.stop_reason or result.reply)[:500]
-                if result.outbox:
-                    # Waited for, as a chat's turn waits for its reply: the firing ends once it is sent.
-                    await self.delivery.deliver(result.outbox)
-                if route is None:
-                    detail = f"no chat to deliver to: session '{task.deliver_to}' has never been written in"
-                    status = "error"
-
-            await self.lanes.schedule(key, job, merge=False)
+            outcome = await self.headless.run(
+                key=str(cron(task.id)),
+                prompt=task_prompt(task, due),
+                sender="scheduler",
+                channel=TASK_CHANNEL,
+                run_id=run_id,
+                deliver_to=task.deliver_to,
+                fallback=task.route,
+            )
         except asyncio.CancelledError:
-            if record:
-                await asyncio.shield(self._finish(task, due, "interrupted", run_id, "stopped with the bot"))
+            await asyncio.shield(self._finish(task, due, "interrupted", "stopped with the bot"))
             raise
         except Exception as exc:
             log.exception("task %s failed", task.id)
-            detail = f"{type(exc).__name__}: {exc}"[:500]
-        if record:
-            await self._finish(task, due, "ok" if status == "ok" else "error", run_id, detail)
+            await self._finish(task, due, "error", f"{type(exc).__name__}: {exc}"[:500])
+            return
+        await self._finish(task, due, outcome.status, outcome.detail)
 
-    async def _finish(
-        self, task: TaskRow, due: float, state: FiringState, run_id: str | None, detail: str | None
-    ) -> None:
+    async def _settle(self, firing: FiringRow) -> None:
+        """A firing a crash left running: ok if its run ended well (its answer was queued with that
+        end, and the outbox's recovery sends it), else interrupted, and the task's chat is told."""
+        task = await self.store.get_task(firing.task_id)
+        run = await self.store.get_run(firing.run_id) if firing.run_id else None
+        if run is not None and run.status == "ok":
+            await self.store.finish_firing(
+                firing.task_id, firing.due_at, "ok", self.clock(), run_id=None, detail=None, pause_after=0
+            )
+            return
+        log.warning("task %s: its firing due %s was cut short by a restart", firing.task_id, firing.due_at)
+        await self.store.finish_firing(
+            firing.task_id,
+            firing.due_at,
+            "interrupted",
+            self.clock(),
+            run_id=None,
+            detail="cut short by a restart",
+            pause_after=0,
+        )
+        if task is not None:
+            await self.headless.notice(
+                task.chat_key,
+                f"⚠️ Scheduled task {task.id} was cut short by a restart at "
+                f"{when_text(firing.due_at, task.zone)} and was not finished. {self._next_line(task)}",
+                f"task-interrupted:{task.id}:{firing.due_at}",
+                fallback=_own_route(task),
+            )
+
+    def _next_line(self, task: TaskRow) -> str:
+        if task.state in ("active", "paused") and task.next_due is not None:
+            return f"Next run: {when_text(task.next_due, task.zone)}."
+        return "It will not run again."
+
+    async def _finish(self, task: TaskRow, due: float, state: FiringState, detail: str | None) -> None:
         pause_after = self.settings.tasks.pause_after_failures
         after = await self.store.finish_firing(
-            task.id, due, state, self.clock(), run_id=run_id, detail=detail, pause_after=pause_after
+            task.id, due, state, self.clock(), run_id=None, detail=detail, pause_after=pause_after
         )
         # Told once: on the failure that paused it, not on later ones of a task resumed meanwhile.
         paused_now = after is not None and after.state == "paused" and after.failures == pause_after
         if state == "error" and paused_now:
-            await self._notice(
+            await self.headless.notice(
                 task.chat_key,
-                task.route,
                 f"⚠️ Scheduled task {task.id} failed {pause_after} times in a row and is paused. "
                 f"Last error: {detail or 'unknown'}. Cancel it with /tasks cancel {task.id}.",
                 f"task-paused:{task.id}:{due}",
+                fallback=_own_route(task),
             )
 
     async def _tell_missed(self, task: TaskRow, missed: float, following: float | None) -> None:
         nxt = f"Next run: {when_text(following, task.zone)}." if following else "It will not run again."
-        await self._notice(
+        await self.headless.notice(
             task.chat_key,
-            task.route,
             f"Scheduled task {task.id} did not run at {when_text(missed, task.zone)}: the bot was down. "
             + nxt,
             f"task-missed:{task.id}:{missed}",
+            fallback=_own_route(task),
         )
-
-    async def _notice(self, key: str, fallback: str | None, text: str, dedupe: str) -> None:
-        route = await self._route(key, fallback)
-        if route is None:
-            log.warning("task notice for %s has no chat to go to: %s", key, text)
-            return
-        await self.delivery.send(Outbound(route, "notice", text, session_key=key, dedupe_key=dedupe))
-
-    async def _route(self, key: str, fallback: str | None) -> Route | None:
-        session = await self.store.active_session(key)
-        return Route.from_json(session.last_route if session and session.last_route else fallback)

@@ -401,3 +401,10 @@ def _after_duration(body: str, zone: ZoneInfo, now: datetime) -> datetime:
         local = now.astimezone(zone)
         start = _wall_clock(local.date() + timedelta(days=days), local.time(), zone)
     return start + timedelta(seconds=seconds)
+
+
+def when_text(stamp: float | None, zone: str) -> str:
+    """A time as chats show it, in the zone given: `2026-12-01 09:00 CET`."""
+    if stamp is None:
+        return "never again"
+    return datetime.fromtimestamp(stamp, ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")

@@ -1,0 +1,116 @@
+"""Runs nobody typed (a task's firing, a webhook's event): a prompt into a session of its own, the
+answer to a chat through the outbox, under that chat's send policy."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from bridge.errors import SessionKeyError
+from bridge.events import Outbound, Route
+from bridge.sessions import keys
+from bridge.store.base import OutboxItem
+from bridge.store.tables import DatabaseStore
+
+if TYPE_CHECKING:
+    from bridge.agent.runner import AgentRunner
+    from bridge.gateway.delivery import Delivery
+    from bridge.gateway.lanes import Lanes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: Literal["ok", "error"]
+    run_id: str
+    # Why it failed, in a line for the log, the firing's record and the chat.
+    detail: str | None = None
+
+
+def route_of_key(key: str) -> Route | None:
+    """A chat's address from its session key alone, where the key says all of it: groups, topics and
+    channels, and Telegram DMs (a private chat's id is the user's). None for main and other DMs."""
+    try:
+        parsed = keys.parse(key)
+    except SessionKeyError:
+        return None
+    if parsed.surface is None or parsed.id is None:
+        return None
+    if parsed.scope == "group":
+        return Route(parsed.surface, parsed.id, parsed.thread_id)
+    if parsed.scope == "channel" or (parsed.scope == "dm" and parsed.surface == "telegram"):
+        return Route(parsed.surface, parsed.id)
+    return None
+
+
+class Headless:
+    """Runs a prompt in a session and delivers the answer elsewhere; also sends such runs' notices."""
+
+    def __init__(self, store: DatabaseStore, runner: AgentRunner, lanes: Lanes, delivery: Delivery) -> None:
+        self.store = store
+        self.runner = runner
+        self.lanes = lanes
+        self.delivery = delivery
+
+    async def route(self, key: str, fallback: str | None = None) -> Route | None:
+        """Where a chat is: where it was last written in, else `fallback` (a stored route), else what
+        its key says."""
+        session = await self.store.active_session(key)
+        stored = session.last_route if session and session.last_route else fallback
+        return Route.from_json(stored) or route_of_key(key)
+
+    async def notice(self, key: str, text: str, dedupe: str, *, fallback: str | None = None) -> None:
+        """A notice to a chat, once per `dedupe`, under its send policy; logged where it has no address."""
+        route = await self.route(key, fallback)
+        if route is None:
+            log.warning("a notice for %s has no chat to go to: %s", key, text)
+            return
+        await self.delivery.send(Outbound(route, "notice", text, session_key=key, dedupe_key=dedupe))
+
+    async def run(
+        self,
+        *,
+        key: str,
+        prompt: str,
+        sender: str,
+        channel: str,
+        run_id: str,
+        deliver_to: str,
+        fallback: str | None = None,
+    ) -> Outcome:
+        """The prompt as a user message of the active session of `key`, a run there (in the key's lane,
+        so runs of one session never overlap), and its answer queued in the transaction that ends the
+        run, then sent. Returns once it is sent (or held back by the policy)."""
+        route = await self.route(deliver_to, fallback)
+        if route is None:
+            # Checked first: a run whose answer nobody could receive would only spend tokens.
+            detail = (
+                f"no chat to deliver to: nobody has written in '{deliver_to}' yet, so its address is unknown"
+            )
+            return Outcome("error", run_id, detail)
+        outcome = Outcome("error", run_id, "the run did not end")
+
+        async def plan(run: str, text: str) -> list[OutboxItem]:
+            item = Outbound(route, "reply", text, run, session_key=deliver_to, dedupe_key=f"{channel}:{run}")
+            return await self.delivery.plan(item)
+
+        async def job() -> None:
+            nonlocal outcome
+            try:
+                session = await self.store.ensure_active_session(key)
+                await self.store.add_user_message(session.id, prompt, sender=sender, queued=False)
+                result = await self.runner.run(session, channel=channel, run_id=run_id, reply=plan)
+            except Exception as exc:
+                log.exception("the run of %s failed", key)
+                outcome = Outcome("error", run_id, f"{type(exc).__name__}: {exc}"[:500])
+                return
+            detail = None if result.status == "ok" else (result.stop_reason or result.reply)[:500]
+            outcome = Outcome("ok" if result.status == "ok" else "error", result.run_id, detail)
+            if result.outbox:
+                # Waited for, as a chat's turn waits for its reply: the caller records the end after.
+                await self.delivery.deliver(result.outbox)
+
+        await self.lanes.schedule(key, job, merge=False)
+        return outcome
