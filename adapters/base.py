@@ -35,6 +35,10 @@ Optional, looked up with getattr (leave them out rather than set them to None):
   answered only by the worker that listens.
 - `shared_intake: bool`: set to True by the core before `start` where several workers listen at once
   (a webhook, where every worker takes requests): listen so that they can share an address and port.
+- `http_routes: list[tuple[str, str, handler]]`: where the adapter runs an HTTP server of its own (a
+  webhook), the core may set this before `start` to (method, path, aiohttp handler) triples that
+  server should serve beside its own route: Bridge's webhooks, `POST /hooks/<name>`, when the admin
+  server is off. The handlers check their own secrets; serve them as they are.
 
 Lifecycle, in this order, enforced by the core (`bridge.gateway.lifecycle.GuardedAdapter` wraps every
 adapter it loads, and raises `AdapterLifecycleError` on misuse):

@@ -120,6 +120,8 @@ class TelegramAdapter:
         self._poller: Poller | None = None
         self._webhook: WebhookServer | None = None
         self._handler: InboundHandler | None = None
+        # Set by the core before start: its routes, served by the webhook's server (adapters/base.py).
+        self.http_routes: list[tuple[str, str, Any]] = []
         self.bot_id: int | None = None
         self.username: str = ""
 
@@ -189,7 +191,13 @@ class TelegramAdapter:
         secret = cfg.webhook_secret.get_secret_value() or secrets.token_urlsafe(32)
         path = urlparse(cfg.webhook_url).path or "/"
         server = WebhookServer(
-            intake, listen=cfg.listen, port=cfg.port, path=path, secret=secret, reuse_port=self.shared_intake
+            intake,
+            listen=cfg.listen,
+            port=cfg.port,
+            path=path,
+            secret=secret,
+            reuse_port=self.shared_intake,
+            routes=self.http_routes,
         )
         try:
             await server.start()

@@ -260,9 +260,19 @@ class WebhookServer:
     """Telegram's webhook POSTs: 200 once the core stored the update, 500 to have Telegram send it again."""
 
     def __init__(
-        self, intake: Intake, *, listen: str, port: int, path: str, secret: str, reuse_port: bool = False
+        self,
+        intake: Intake,
+        *,
+        listen: str,
+        port: int,
+        path: str,
+        secret: str,
+        reuse_port: bool = False,
+        routes: list[tuple[str, str, Any]] | None = None,
     ) -> None:
         self._intake = intake
+        # The core's own routes, served beside Telegram's (see `http_routes` in adapters/base.py).
+        self._routes = routes or []
         self._reuse_port = reuse_port
         self._listen = listen
         self._port = port
@@ -276,6 +286,8 @@ class WebhookServer:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post(self._path, self._receive)
+        for method, path, handler in self._routes:
+            app.router.add_route(method, path, handler)
         # Requests still open at stop get STOP_STEP_S; Telegram resends what was not answered 200.
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=STOP_STEP_S)
         await runner.setup()

@@ -34,6 +34,8 @@ from bridge.sessions.service import SessionService
 from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
 from bridge.store.postgres import PostgresEngine, PostgresStore
+from bridge.tasks.headless import Headless
+from bridge.tasks.hooks import HookService
 from bridge.tasks.scheduler import TaskService
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
@@ -105,8 +107,11 @@ class Bridge:
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider, self.profiles)
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
-        # Scheduled tasks: the scheduled_tasks tools make them; the loop fires them once recover() ran.
-        self.tasks = TaskService(settings, self.store, self.runner, self.lanes, self.delivery)
+        # Runs nobody typed: scheduled tasks (the scheduled_tasks tools make them) and webhook events
+        # (POST /hooks/<name>); their loops start once recover() ran.
+        self.headless = Headless(self.store, self.runner, self.lanes, self.delivery)
+        self.tasks = TaskService(settings, self.store, self.headless)
+        self.hooks = HookService(settings, self.store, self.headless)
         self.runner.tasks = self.tasks
         self.metrics = Metrics()
         self.runner.metrics = self.metrics
@@ -115,7 +120,14 @@ class Bridge:
         self.metrics.watch(self.lanes.running, self.lanes.depth)
         self.compactor = Compactor(settings, self.store, self._provider_for, redactor(settings))
         self.commands = Commands(
-            settings, self.store, self.sessions, self.lanes, self.registry, self.gate, self.pairing
+            settings,
+            self.store,
+            self.sessions,
+            self.lanes,
+            self.registry,
+            self.gate,
+            self.pairing,
+            tasks=self.tasks,
         )
         self.dispatcher = Dispatcher(
             DispatchServices(
@@ -242,14 +254,17 @@ class Bridge:
         if self.share is not None:
             # Sharing: the share's sweep and claims do both, for this worker's share of the work.
             await self.share.start()
-            # Each due time is claimed by one conditional update, so every worker may run the loop.
+            # Each due time and each event is claimed by one conditional update, so every worker may
+            # run the loops.
             await self.tasks.start(alone=False)
+            await self.hooks.start(alone=False)
             return
         # Queued first, so in each chat they go before anything the resumed answers send.
         undelivered = await self.delivery.recover(upto=self._left_over)
         await self.dispatcher.resume()
         await asyncio.gather(*undelivered, return_exceptions=True)
         await self.tasks.start(alone=True)
+        await self.hooks.start(alone=True)
 
     async def shutdown(self) -> None:
         """Take no new work; let answers in progress finish and be delivered for up to the grace period.
@@ -259,8 +274,10 @@ class Bridge:
         what the courier could not send by then stays in the outbox for the next start.
         """
         self.dispatcher.closing = True
-        # No task fires from now on; one firing already stays in the lanes' grace period below.
+        # No task fires and no webhook event starts from now on; runs already going stay in the
+        # lanes' grace period below (events still pending run at the next start).
         await self.tasks.halt()
+        await self.hooks.halt()
         grace = self.settings.runs.shutdown_grace_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
@@ -293,6 +310,7 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watching
         await self.tasks.stop()
+        await self.hooks.stop()
         await self.a2a.close()
         await self.lanes.close()
         await self.compactor.close()

@@ -1,4 +1,4 @@
-"""The `bridge` command: run, chat, status, check-config, policy, pair, backup, migrate, runs, trace..."""
+"""The `bridge` command: run, chat, status, check-config, policy, pair, tasks, backup, migrate, runs..."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from bridge.logs import redactor, setup_logging
 
 if TYPE_CHECKING:
     from bridge.app import Bridge
+    from bridge.gateway.lifecycle import GuardedAdapter
     from bridge.reload import ConfigReloader
 
 EXIT_CONFIG = 2
@@ -134,9 +135,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--config", type=Path, help=config_help)
 
-    from bridge import cli_pair
+    from bridge import cli_pair, cli_tasks
 
     cli_pair.add_parser(sub, config_help)
+    cli_tasks.add_parser(sub, config_help)
 
     local = sub.add_parser(
         "local-model", help="a small model on this machine, no key needed (llama.cpp and Qwen from PyPI)"
@@ -184,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         from bridge import cli_pair
 
         return asyncio.run(cli_pair.run(settings, args))
+    if args.command == "tasks":
+        from bridge import cli_tasks
+
+        return asyncio.run(cli_tasks.run(settings, args))
     if args.command == "admin":
         return show_admin(settings)
     if args.command == "health":
@@ -438,6 +444,8 @@ async def run(settings: Settings, path: Path | None = None) -> int:
             return 0  # stopped while standing by: nothing was started
         reloader = _watch_config(bridge, settings, path)
         admin = await start_admin(bridge, adapters, settings, path, reloader)
+        if admin is None and bridge.hooks.hooks:
+            _serve_hooks_beside_platforms(bridge, adapters)
         started: list[GuardedAdapter] = []
         recovering: asyncio.Task[None] | None = None
         listening: list[asyncio.Task[None]] = []
@@ -476,6 +484,18 @@ async def run(settings: Settings, path: Path | None = None) -> int:
             if admin is not None:
                 await admin.stop()
     return 0
+
+
+def _serve_hooks_beside_platforms(bridge: Bridge, adapters: list[GuardedAdapter]) -> None:
+    """Without the admin server, [[hooks]] are served by a platform's own HTTP server (the Telegram
+    webhook's); the config check made sure there is one."""
+    from bridge.http.hooks import HookEndpoint
+
+    routes = HookEndpoint(bridge.hooks).routes()
+    if not any(adapter.offer_http_routes(routes) for adapter in adapters):
+        logging.getLogger("bridge").error(
+            "[[hooks]]: no server takes their requests; set [admin] enabled = true to serve them"
+        )
 
 
 def _lost_database() -> None:

@@ -103,7 +103,11 @@ class Harness:
 
 
 def make_settings(
-    tmp_path: Path, base_url: str, *, owners: list[str] | None = None, **sections: dict[str, Any]
+    tmp_path: Path,
+    base_url: str,
+    *,
+    owners: list[str] | None = None,
+    **sections: dict[str, Any] | list[dict[str, Any]],
 ) -> Settings:
     """Settings for a test Bridge in tmp_path talking to the fake model; sections merge into the defaults."""
     data: dict[str, Any] = {
@@ -113,7 +117,8 @@ def make_settings(
         "tools": {"workspace": str(tmp_path / "workspace")},
     }
     for name, values in sections.items():
-        data[name] = {**data.get(name, {}), **values}
+        # A list is an array of tables ([[hooks]]): it replaces the default whole.
+        data[name] = values if isinstance(values, list) else {**data.get(name, {}), **values}
     return Settings(**data)
 
 
@@ -125,7 +130,7 @@ async def running_bridge(
     *,
     extra_groups: tuple[ToolGroup, ...] = (),
     owners: list[str] | None = None,
-    **sections: dict[str, Any],
+    **sections: dict[str, Any] | list[dict[str, Any]],
 ) -> AsyncIterator[Harness]:
     """A started Bridge on the fake model; keyword sections (llm=, runs=...) merge into the settings."""
     settings = make_settings(tmp_path, model.base_url, owners=owners, **sections)

@@ -52,6 +52,14 @@ class GuardedAdapter:
         if hasattr(self.adapter, "shared_intake"):
             self.adapter.shared_intake = True
 
+    def offer_http_routes(self, routes: list[tuple[str, str, Any]]) -> bool:
+        """Ask the adapter to serve these routes on its own HTTP server, where it has one (the optional
+        `http_routes`); whether it takes them."""
+        if not hasattr(self.adapter, "http_routes"):
+            return False
+        self.adapter.http_routes = list(routes)
+        return True
+
     def can_start_sending(self) -> bool:
         return callable(getattr(self.adapter, "start_sending", None))
 

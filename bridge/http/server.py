@@ -22,6 +22,7 @@ from bridge.http.auth import (
     same_origin,
 )
 from bridge.http.dashboard import Dashboard
+from bridge.http.hooks import HookEndpoint
 from bridge.http.pages import Pages
 from bridge.http.pairing_api import PairingApi
 from bridge.http.policy_edit import PolicyEditor
@@ -80,6 +81,9 @@ class AdminServer:
         self.editor.routes(app)
         editable = self.editor.path is not None
         Dashboard(self.bridge, self._platforms, self.pages, self.auth.csrf, editable=editable).routes(app)
+        if self.bridge.hooks.hooks:
+            for method, path, handler in HookEndpoint(self.bridge.hooks).routes():
+                app.router.add_route(method, path, handler)
         return app
 
     async def start(self) -> None:

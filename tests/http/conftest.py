@@ -32,11 +32,13 @@ async def admin_bridge(
     adapters: Sequence[Any] = (),
     config_path: Path | None = None,
     token: str = TOKEN,
+    **sections: dict[str, Any] | list[dict[str, Any]],
 ) -> AsyncIterator[tuple[Harness, AdminServer, str]]:
-    """A started Bridge on the fake model, its admin server listening; yields it and the base URL."""
+    """A started Bridge on the fake model, its admin server listening; yields it and the base URL.
+    Keyword sections (hooks=, session=...) go into the settings."""
     port = free_port()
     admin = {"enabled": True, "port": port, **({"token": token} if token else {})}
-    async with running_bridge(tmp_path, llm, admin=admin) as harness:
+    async with running_bridge(tmp_path, llm, admin=admin, **sections) as harness:
         bridge = harness.bridge
         reloader = (
             ConfigReloader(config_path, bridge.settings, bridge.apply_live_settings) if config_path else None

@@ -1,0 +1,79 @@
+"""`POST /hooks/<name>`: check the size and the signature, store the event, answer 202; the run follows.
+
+Served by the admin server, or by the Telegram webhook's server (see `http_routes` in
+adapters/base.py), with the same handler. Its own secret guards it, not the admin token.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from bridge.jsonutil import loads
+from bridge.tasks.hooks import HookService, authentic, event_key
+
+log = logging.getLogger(__name__)
+
+PATH = "/hooks/{name}"
+PREFIX = "/hooks/"
+
+
+def _answer(code: int, /, **body: Any) -> web.Response:
+    return web.json_response(body, status=code)
+
+
+async def read_capped(request: web.Request, cap: int) -> bytes | None:
+    """The body, or None when it is longer than `cap` (read no further than that)."""
+    if request.content_length is not None and request.content_length > cap:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class HookEndpoint:
+    """The aiohttp handler of every [[hooks]] entry."""
+
+    def __init__(self, hooks: HookService) -> None:
+        self.hooks = hooks
+
+    def routes(self) -> list[tuple[str, str, Any]]:
+        """(method, path, handler) for a server to add, the admin server's or an adapter's."""
+        return [("POST", PATH, self.receive)]
+
+    async def receive(self, request: web.Request) -> web.Response:
+        name = request.match_info.get("name", "")
+        hook = self.hooks.get(name)
+        if hook is None:
+            return _answer(404, error="not_found", detail=f"no webhook named {name!r} is configured")
+        body = await read_capped(request, hook.max_body_bytes)
+        if body is None:
+            return _answer(
+                413, error="too_large", detail=f"the body is over this hook's {hook.max_body_bytes} bytes"
+            )
+        if not authentic(hook, request.headers, body):
+            # Nothing is stored, and nothing says whether the name or the secret was wrong.
+            return _answer(401, error="unauthorized", detail="missing or wrong signature")
+        try:
+            data = loads(body) if body.strip() else None
+        except (ValueError, UnicodeDecodeError):
+            return _answer(400, error="bad_request", detail="the body is not JSON")
+        try:
+            key = event_key(hook, request.headers, data)
+        except ValueError as exc:
+            return _answer(400, error="bad_request", detail=str(exc))
+        try:
+            event, new = await self.hooks.accept(hook, data, key)
+        except Exception:
+            log.exception("webhook %s: the event could not be stored", name)
+            return _answer(503, error="unavailable", detail="not stored; send it again")
+        if not new:
+            return _answer(200, status="duplicate", event=event.id, state=event.state)
+        return _answer(202, status="accepted", event=event.id, session=event.session_key)
