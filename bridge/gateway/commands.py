@@ -1,5 +1,5 @@
-"""Chat commands: /clear, /new, /status, /stop, /send, /model, /pair, /help (/retry and /compact: the
-dispatcher)."""
+"""Chat commands: /clear, /new, /status, /stop, /send, /model, /pair, /tasks, /help (/retry and /compact:
+the dispatcher)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from bridge.errors import PairingLimited
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing, minutes_left, who
 from bridge.gateway.policy import Decision, PolicyGate
-from bridge.sessions.keys import MAIN
+from bridge.sessions.keys import MAIN, kind
 from bridge.sessions.service import SessionService
 from bridge.store.base import SessionRow, Store
+from bridge.tasks.scheduler import TaskError, TaskService
+from bridge.tasks.when import when_text
 from bridge.tools.registry import ToolRegistry
 
 # (name, description): the one list behind /help and the platforms' command menus.
@@ -28,6 +30,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("send", "Owners: let the bot speak here (on), keep it silent (off), or follow the config (inherit)"),
     ("model", "List the model profiles; owners: /model NAME switches this chat's model"),
     ("pair", "Owners: approve a stranger's pairing code (/pair CODE), or list the codes waiting"),
+    ("tasks", "List this chat's scheduled tasks and when they run next; /tasks cancel ID cancels one"),
     ("help", "List the commands"),
 )
 HELP = "Commands:\n" + "\n".join(f"/{name}: {description}" for name, description in COMMANDS)
@@ -61,9 +64,11 @@ class Commands:
         registry: ToolRegistry,
         gate: PolicyGate,
         pairing: Pairing | None = None,
+        tasks: TaskService | None = None,
     ) -> None:
         self.gate = gate
         self.pairing = pairing
+        self.tasks = tasks
         self.settings = settings
         self.store = store
         self.sessions = sessions
@@ -87,6 +92,8 @@ class Commands:
             return await self.stop(key)
         if command.name == "pair":
             return await self.pair(key, command.args, is_owner=is_owner, sender=sender)
+        if command.name == "tasks":
+            return await self.task_list(key, command.args, is_owner=is_owner)
         if command.name in ("help", "start"):
             return HELP
         return f"Unknown command /{command.name}. Send /help for the list."
@@ -185,6 +192,35 @@ class Commands:
             f"`bridge pair revoke {user.surface}:{user.user_id}` takes it back."
         )
 
+    async def task_list(self, key: str, args: str, *, is_owner: bool) -> str:
+        """/tasks lists the chat's scheduled tasks (made here or posting here) with their next run;
+        /tasks cancel ID cancels one: owners anywhere, anyone else in their own DM only."""
+        if self.tasks is None:
+            return "Scheduled tasks are not available here."
+        words = args.split()
+        if words and words[0].lower() == "cancel":
+            if len(words) != 2:
+                return "Usage: /tasks cancel ID (/tasks lists the ids)."
+            if not is_owner and kind(key) != "other":
+                return "Only an owner of this bot can cancel the tasks of a shared chat."
+            try:
+                task = await self.tasks.cancel(words[1], key)
+            except TaskError as exc:
+                return str(exc).replace("list_tasks", "/tasks")
+            return f"Cancelled task {task.id}: {task.prompt[:80]}"
+        if words:
+            return "Usage: /tasks, or /tasks cancel ID."
+        found = await self.tasks.tasks_of(key)
+        if not found:
+            return 'No scheduled tasks here. Ask the bot, e.g. "remind me tomorrow at 9 to call Sam".'
+        lines = ["Scheduled tasks:"]
+        for task in found:
+            nxt = "paused" if task.state == "paused" else f"next {when_text(task.next_due, task.zone)}"
+            where = "" if task.deliver_to == key else f", posts to {task.deliver_to}"
+            lines.append(f"• {task.id}: {_short(task.prompt)} ({self.tasks.describe(task)}; {nxt}{where})")
+        lines.append("Cancel one with /tasks cancel ID.")
+        return "\n".join(lines)
+
     def _model_line(self, session: SessionRow) -> str:
         profile = _profile_of(self.settings, session)
         line = f"{profile} ({self.settings.llm.for_profile(profile).model})"
@@ -218,6 +254,11 @@ class Commands:
                 ),
             ]
         )
+
+
+def _short(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return f'"{line if len(line) <= limit else line[: limit - 1] + "…"}"'
 
 
 def _profile_of(settings: Settings, session: SessionRow) -> str:

@@ -52,6 +52,7 @@ async def test_commands_are_registered_and_typing_is_shown(
         "send",
         "model",
         "pair",
+        "tasks",
         "help",
     ]
     assert any(a["chat_id"] == OWNER and a["action"] == "typing" for a in tg.chat_actions)

@@ -1,0 +1,99 @@
+"""`bridge tasks list | cancel ID | run-now ID`: scheduled tasks from the command line.
+
+They work on the bot's database while `bridge run` is running: a cancel holds at once (a firing is
+claimed only from an active task), and the running bot fires a run-now within a few seconds, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bridge.cli import EXIT_RUNTIME, fail
+from bridge.config import Settings
+from bridge.errors import StoreError
+
+if TYPE_CHECKING:
+    from bridge.store.tables import DatabaseStore
+    from bridge.store.tasks import TaskRow
+
+
+def add_parser(sub: Any, config_help: str) -> None:
+    """The `tasks` command and its subcommands, on the `bridge` parser's subparsers."""
+    tasks = sub.add_parser(
+        "tasks",
+        help="scheduled tasks: list them with their next run, cancel one, or fire one now",
+        description=(
+            "Tasks are made by the agent's schedule_task tool. These commands work while `bridge run` "
+            "runs: a cancel holds at once, and the running bot fires a run-now within a few seconds."
+        ),
+    )
+    tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True, metavar="SUBCOMMAND")
+    listing = tasks_sub.add_parser("list", help="the live tasks (--all: ended ones too), soonest first")
+    listing.add_argument("--all", action="store_true", help="also tasks that fired once or were cancelled")
+    listing.add_argument("--config", type=Path, help=config_help)
+    for name, what in (
+        ("cancel", "cancel a task: it never fires again"),
+        ("run-now", "fire a task now, once, outside its schedule (which stays as it is)"),
+    ):
+        command = tasks_sub.add_parser(name, help=what)
+        command.add_argument("task_id", metavar="ID", help="the task's id, as `bridge tasks list` shows it")
+        command.add_argument("--config", type=Path, help=config_help)
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    from bridge.cli_store import existing_store
+
+    try:
+        async with existing_store(settings) as store:
+            if args.tasks_command == "list":
+                return _print_list(await store.list_tasks(None, live_only=not args.all))
+            if args.tasks_command == "cancel":
+                return await _cancel(store, args.task_id)
+            return await _run_now(store, args.task_id)
+    except StoreError as exc:
+        return fail(exc, settings)
+
+
+def _print_list(tasks: list[TaskRow]) -> int:
+    from bridge.tasks.scheduler import TaskService
+    from bridge.tasks.when import when_text
+
+    row = "{:<8}  {:<9}  {:<22}  {:<26}  {}"
+    print(row.format("id", "state", "next run", "made in", "posts to"))
+    for task in tasks:
+        nxt = when_text(task.next_due, task.zone) if task.next_due is not None else "-"
+        print(row.format(task.id, task.state, nxt, task.chat_key, task.deliver_to))
+        print(f"          {TaskService.schedule_of(task).describe()}: {' '.join(task.prompt.split())[:100]}")
+    if not tasks:
+        print("(none)")
+    return 0
+
+
+def _not_live(task_id: str) -> int:
+    print(f"bridge: no live task {task_id!r}; `bridge tasks list` shows them", file=sys.stderr)
+    return EXIT_RUNTIME
+
+
+async def _cancel(store: DatabaseStore, task_id: str) -> int:
+    task = await store.end_task(task_id.strip(), "cancelled")
+    if task is None:
+        return _not_live(task_id)
+    print(f"cancelled task {task.id}: it never fires again")
+    return 0
+
+
+async def _run_now(store: DatabaseStore, task_id: str) -> int:
+    task = await store.request_run(task_id.strip(), time.time())
+    if task is None:
+        return _not_live(task_id)
+    now = time.time()
+    running = any(worker.alive(now) for worker in await store.workers())
+    if running:
+        print(f"task {task.id} fires within a few seconds; its answer goes to {task.deliver_to}")
+    else:
+        print(f"task {task.id} fires when `bridge run` starts (it is not running now)")
+    return 0
