@@ -49,6 +49,8 @@ _BARE_NAME = re.compile(
 )
 # One key: value (or key=value) pair of such a call; strings in double quotes, or a bare word or number.
 _PAIR = re.compile(r'\s*(\w+)\s*[:=]\s*("(?:[^"\\]|\\.)*"|[\w./:+-]+)\s*(?:,|$)')
+# A lone value, name(sessions) or name("Europe/Berlin"): the argument of a tool that requires one.
+_LONE_VALUE = re.compile(r'"(?:[^"\\]|\\.)*"|[\w./+-]+')
 
 # Whether a name exists (a tool, or a group), loaded or not.
 Known = Callable[[str], bool]
@@ -239,13 +241,17 @@ def _bare_name(text: str, allowed: _Allowed) -> str | None:
     return name if name not in RESERVED_NAMES and allowed.is_tool(name) else None
 
 
-def _written_arguments(text: str) -> str | None:
+def _written_arguments(text: str, sole: str | None = None) -> str | None:
     """The arguments of a reply written as name(key: "value", ...), as JSON: "{}" when there are
-    none, None when they cannot be read for sure (then nothing is guessed)."""
+    none, None when they cannot be read for sure (then nothing is guessed). `sole`: the one argument
+    the tool requires, which a lone value such as name(sessions) or name("x") can only mean."""
     match = _BARE_NAME.fullmatch(text.strip())
     inner = (match.group(2) or "").strip() if match else ""
     if not inner:
         return "{}"
+    if sole is not None and (value := _LONE_VALUE.fullmatch(inner)) is not None:
+        raw = value.group(0)
+        return json.dumps({sole: loads(raw) if raw.startswith('"') else raw}, ensure_ascii=False)
     pairs = list(_PAIR.finditer(inner))
     if "".join(p.group(0) for p in pairs).strip() != inner:
         return None
@@ -308,8 +314,9 @@ def _named(completion: Completion, name: str, allowed: _Allowed, correction: str
     """
     if correction is not None:
         return dataclasses.replace(completion, correction=correction)
-    arguments = _written_arguments(completion.content)
-    if arguments is None or (arguments == "{}" and allowed.required(name)):
+    required = allowed.required(name)
+    arguments = _written_arguments(completion.content, required[0] if len(required) == 1 else None)
+    if arguments is None or (arguments == "{}" and required):
         return dataclasses.replace(completion, content="", tool_calls=())
     call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
     return dataclasses.replace(completion, content="", tool_calls=(call,))

@@ -346,6 +346,10 @@ async def test_answers_that_mention_a_tool_or_show_json_reach_the_user_as_writte
         ('read_file(path: "notes.txt")', {"path": "notes.txt"}),
         ('read_file(path="a, b.txt")', {"path": "a, b.txt"}),
         ("get_current_time(timezone: Asia/Tokyo)", {"timezone": "Asia/Tokyo"}),
+        # A lone value is the one argument the tool requires (load_tool_group(sessions), as a 0.5B
+        # model writes it).
+        ('read_file("my notes.txt")', {"path": "my notes.txt"}),
+        ("read_file(notes.txt)", {"path": "notes.txt"}),
     ],
 )
 async def test_a_call_written_as_a_function_is_corrected_once_then_runs_with_its_arguments(
@@ -362,6 +366,13 @@ async def test_a_call_written_as_a_function_is_corrected_once_then_runs_with_its
 async def test_a_function_call_whose_arguments_cannot_be_read_runs_nothing_and_shows_nothing() -> None:
     completion = await in_text_mode("read_file(the notes file)", corrected("x"))
     assert completion.tool_calls == () and completion.content == ""
+
+
+async def test_a_lone_value_is_not_guessed_for_a_tool_that_requires_no_argument_or_several() -> None:
+    two = [*TOOLS, tool("write_file", "path", "content")]
+    for reply in ("get_current_time(UTC)", "write_file(notes.txt)"):
+        completion = await in_text_mode(reply, corrected("x"), two)
+        assert completion.tool_calls == () and completion.content == ""
 
 
 async def test_a_tool_name_copied_with_its_signature_from_the_tool_list_is_still_the_call() -> None:
