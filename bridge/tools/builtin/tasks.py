@@ -109,7 +109,8 @@ cancel_task = typed_tool(
 def tasks_group() -> ToolGroup:
     return ToolGroup(
         name="scheduled_tasks",
-        description="Schedule prompts to run later or on a cron schedule (reminders, recurring "
-        "summaries), list and cancel them",
+        # Short on purpose: each word is in every request's group listing, and a longer line tipped
+        # the 0.5B test model out of calling get_current_time in text mode (tests/real_llm).
+        description="Reminders and scheduled tasks: run a prompt later or on a schedule",
         tools=(schedule_task, list_tasks, cancel_task),
     )
