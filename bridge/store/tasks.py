@@ -284,7 +284,8 @@ class TaskTable(Database):
 
         def finish(conn: Conn) -> TaskRow | None:
             conn.execute(
-                "UPDATE task_firings SET state = ?, ended_at = ?, run_id = COALESCE(?, run_id), detail = ? "
+                "UPDATE task_firings SET state = ?, ended_at = ?, run_id = COALESCE(?, run_id), "
+                "detail = COALESCE(?, detail) "
                 "WHERE task_id = ? AND due_at = ?",
                 (state, now, run_id, detail, task_id, due),
             )

@@ -161,9 +161,16 @@ class HookService(DueLoop):
             )
 
     async def _settle(self, event: HookEvent) -> None:
-        """An event a crash left running: ok if its run ended well (its answer was queued with that end,
-        and the outbox's recovery sends it), else interrupted, and its chat is told."""
+        """An event a crash left running. Its run never began (no row: nothing was asked or sent): it
+        runs now, still once. Its run ended well (the answer was queued with that end, and the
+        outbox's recovery sends it): ok. Otherwise it is interrupted, and its chat is told."""
         run = await self.store.get_run(event.run_id) if event.run_id else None
+        if run is None and event.run_id:
+            log.info(
+                "webhook %s: event %s never began before a restart; running it now", event.hook, event.id
+            )
+            self.spawn(self._run_event(event, event.run_id), f"hook:{event.hook}:{event.id}")
+            return
         if run is not None and run.status == "ok":
             await self.store.finish_hook_event(event.id, "ok", self.clock(), None)
             return

@@ -225,10 +225,19 @@ class TaskService(DueLoop):
         await self._finish(task, due, outcome.status, outcome.detail)
 
     async def _settle(self, firing: FiringRow) -> None:
-        """A firing a crash left running: ok if its run ended well (its answer was queued with that
-        end, and the outbox's recovery sends it), else interrupted, and the task's chat is told."""
+        """A firing a crash left running. Its run never began (no row: nothing was asked or sent): it
+        runs now, still once. Its run ended well (the answer was queued with that end, and the
+        outbox's recovery sends it): ok. Otherwise it is interrupted, and the task's chat is told."""
         task = await self.store.get_task(firing.task_id)
         run = await self.store.get_run(firing.run_id) if firing.run_id else None
+        if run is None and firing.run_id and task is not None and task.state in ("active", "paused"):
+            log.info(
+                "task %s: its firing due %s never began before a restart; firing it now",
+                task.id,
+                firing.due_at,
+            )
+            self.spawn(self._fire(task, firing.due_at, firing.run_id), f"task:{task.id}")
+            return
         if run is not None and run.status == "ok":
             await self.store.finish_firing(
                 firing.task_id, firing.due_at, "ok", self.clock(), run_id=None, detail=None, pause_after=0

@@ -260,36 +260,45 @@ async def test_a_hook_aimed_at_a_chat_with_no_address_runs_nothing_and_says_why(
         assert len(llm.requests) == asked
 
 
-async def test_at_start_events_a_crash_left_are_run_or_settled_never_run_twice(tmp_path: Path) -> None:
+async def test_at_start_events_a_crash_left_are_run_once_or_settled_never_run_twice(tmp_path: Path) -> None:
     async with FakeOpenAI() as llm, hooked(tmp_path, llm) as (harness, client):
         store, service = harness.bridge.store, harness.bridge.hooks
-        for n in (1, 2, 3):
+        for n in (1, 2, 3, 4):
             assert (await client.post("/hooks/deploys", **signed({"id": n}))).status_code == 202
-        first, second, third = sorted(await events(harness), key=lambda e: e.id)
-        # As a crash leaves them: one claimed whose run ended well (its answer was queued with that
-        # end), one claimed whose run never ended, one never claimed.
+        done, cut, unstarted, pending = sorted(await events(harness), key=lambda e: e.id)
+        # As a crash leaves them: one whose run ended well (its answer queued with that end), one
+        # whose run began and never ended, one claimed whose run never began, one never claimed.
         llm.push(text("finished before the crash"))
-        assert await store.claim_hook_event(first.id, "r-done", 0.0)
+        assert await store.claim_hook_event(done.id, "r-done", 0.0)
         await harness.bridge.headless.run(
-            key=first.session_key,
+            key=done.session_key,
             prompt="x",
             sender="hook:deploys",
             channel="hook",
             run_id="r-done",
             deliver_to=GROUP_KEY,
         )
-        assert await store.claim_hook_event(second.id, "r-lost", 0.0)
-        llm.push(text("the one left"))
+        assert await store.claim_hook_event(cut.id, "r-cut", 0.0)
+        session = await store.ensure_active_session(cut.session_key)
+        await store.start_run("r-cut", session.id, "hook", "hash")
+        await store.abort_interrupted_runs()  # what the start does before the hooks' loop begins
+        assert await store.claim_hook_event(unstarted.id, "r-unstarted", 0.0)
+        llm.push(text("never began, so run now"), text("the pending one"))
+        asked = len(llm.requests)
         await service.start(alone=True)
         try:
             await asyncio.wait_for(_until_settled(harness), 10)
         finally:
             await service.stop()
         states = {e.id: e.state for e in await events(harness)}
-        assert states == {first.id: "ok", second.id: "interrupted", third.id: "ok"}
-        assert harness.sender.of("reply").count("the one left") == 1
+        assert states == {done.id: "ok", cut.id: "interrupted", unstarted.id: "ok", pending.id: "ok"}
+        # Two runs: the one that never began and the pending one; nothing ran twice.
+        assert len(llm.requests) == asked + 2
+        replies = harness.sender.of("reply")
+        assert replies.count("finished before the crash") == 1
+        assert {"never began, so run now", "the pending one"} <= set(replies)
         (notice,) = [n for n in harness.sender.of("notice") if "cut short by a restart" in n]
-        assert "'deploys'" in notice
+        assert "'deploys'" in notice and "(2)" in notice
 
 
 async def _until_settled(harness: Harness) -> None:

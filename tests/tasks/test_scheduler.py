@@ -202,20 +202,100 @@ async def test_a_bad_when_is_refused_with_what_is_accepted(bot: tuple[Harness, C
     assert await harness.bridge.tasks.tasks_of(None) == []
 
 
-async def test_a_firing_a_crash_cut_short_is_never_run_again(bot: tuple[Harness, Clock]) -> None:
+async def test_a_firing_a_crash_cut_short_is_never_run_again_and_its_chat_is_told(
+    bot: tuple[Harness, Clock],
+) -> None:
     harness, clock = bot
     service, store = harness.bridge.tasks, harness.bridge.store
     await schedule(harness, "0 18 * * *", "Daily")
     task = await only_task(service)
-    # The claim is made and the process dies before the run: as kill -9 right after firing started.
-    assert await store.claim_firing(task.id, T0 + 3600, T0 + 3600 + 86400, T0 + 3600)
+    # The claim is made, the run begins, and the process dies: as kill -9 right after firing started.
+    assert await store.claim_firing(task.id, T0 + 3600, T0 + 3600 + 86400, T0 + 3600, run_id="r-cut")
+    session = await store.ensure_active_session(f"cron:{task.id}")
+    await store.start_run("r-cut", session.id, "task", "hash")
+    await store.abort_interrupted_runs()  # what the next start does before the tasks' loop begins
     clock.now = T0 + 3600 + 5
+    asked = len(harness.llm.requests)
     await service.start(alone=True)  # the next start
     try:
         assert await fire(service) == 0
-        assert [f.state for f in await store.firings(task.id)] == ["interrupted"]
     finally:
         await service.stop()
+    assert [f.state for f in await store.firings(task.id)] == ["interrupted"]
+    assert len(harness.llm.requests) == asked
+    (notice,) = [n for n in harness.sender.of("notice") if "cut short by a restart" in n]
+    assert task.id in notice and "Next run" in notice
+
+
+async def test_a_firing_claimed_but_never_begun_before_a_crash_runs_once_at_the_next_start(
+    bot: tuple[Harness, Clock],
+) -> None:
+    harness, clock = bot
+    service, store = harness.bridge.tasks, harness.bridge.store
+    await schedule(harness, "0 18 * * *", "Daily")
+    task = await only_task(service)
+    assert await store.claim_firing(task.id, T0 + 3600, T0 + 3600 + 86400, T0 + 3600, run_id="r-never")
+    clock.now = T0 + 3600 + 5
+    harness.llm.push(text("Daily summary"))
+    await service.start(alone=True)
+    try:
+        await service.idle()
+        assert await fire(service) == 0
+    finally:
+        await service.stop()
+    assert harness.sender.of("reply").count("Daily summary") == 1
+    (firing,) = await store.firings(task.id)
+    assert (firing.state, firing.run_id) == ("ok", "r-never")
+
+
+async def test_a_firing_whose_run_ended_before_a_crash_is_recorded_ok_and_not_run_again(
+    bot: tuple[Harness, Clock],
+) -> None:
+    harness, clock = bot
+    service, store = harness.bridge.tasks, harness.bridge.store
+    await schedule(harness, "0 18 * * *", "Daily")
+    task = await only_task(service)
+    assert await store.claim_firing(task.id, T0 + 3600, T0 + 3600 + 86400, T0 + 3600, run_id="r-done")
+    harness.llm.push(text("answered before the crash"))
+    await harness.bridge.headless.run(
+        key=f"cron:{task.id}",
+        prompt="Daily",
+        sender="scheduler",
+        channel="task",
+        run_id="r-done",
+        deliver_to="main",
+        fallback=task.route,
+    )
+    asked = len(harness.llm.requests)
+    await service.start(alone=True)
+    try:
+        await service.idle()
+    finally:
+        await service.stop()
+    assert [f.state for f in await store.firings(task.id)] == ["ok"]
+    assert len(harness.llm.requests) == asked
+    assert harness.sender.of("reply").count("answered before the crash") == 1
+    assert not [n for n in harness.sender.of("notice") if "cut short" in n]
+
+
+async def test_bridge_tasks_run_now_fires_a_task_once_outside_its_schedule(
+    bot: tuple[Harness, Clock],
+) -> None:
+    harness, clock = bot
+    service, store = harness.bridge.tasks, harness.bridge.store
+    await schedule(harness, "0 18 * * *", "Daily")
+    task = await only_task(service)
+    # As `bridge tasks run-now` does from another process: a request in the database.
+    assert await store.request_run(task.id, T0 + 60) is not None
+    clock.now = T0 + 61
+    harness.llm.push(text("Ran now"))
+    assert await fire(service) == 1
+    assert await fire(service) == 0
+    assert harness.sender.of("reply")[-1] == "Ran now"
+    after = await only_task(service)
+    assert after.next_due == task.next_due and after.run_requested is None
+    (firing,) = await store.firings(task.id)
+    assert (firing.due_at, firing.state, firing.detail) == (T0 + 60, "ok", "run now")
 
 
 async def test_a_task_that_cannot_be_worked_out_is_paused_and_the_others_still_fire(
