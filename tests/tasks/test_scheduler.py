@@ -251,7 +251,7 @@ async def test_a_firing_claimed_but_never_begun_before_a_crash_runs_once_at_the_
 async def test_a_firing_whose_run_ended_before_a_crash_is_recorded_ok_and_not_run_again(
     bot: tuple[Harness, Clock],
 ) -> None:
-    harness, clock = bot
+    harness, _ = bot
     service, store = harness.bridge.tasks, harness.bridge.store
     await schedule(harness, "0 18 * * *", "Daily")
     task = await only_task(service)
