@@ -540,11 +540,17 @@ class Settings(BaseSettings):
                 raise ValueError(f"{owner!r} is not of the form surface:user_id, e.g. 'telegram:42'")
         return value
 
-    @model_validator(mode="after")
-    def _hooks_served(self) -> Settings:
-        telegram_webhook = self.telegram.enabled and self.telegram.mode == "webhook"
-        check_hooks(self.hooks, admin=self.admin.enabled, telegram_webhook=telegram_webhook)
-        return self
+    @field_validator("hooks")
+    @classmethod
+    def _hooks_served(cls, hooks: list[HookSettings], info: ValidationInfo) -> list[HookSettings]:
+        # A field validator, so an error names `hooks`; [admin] and [telegram] come before it and are
+        # in info.data unless they failed themselves (then their own error says enough).
+        admin, telegram = info.data.get("admin"), info.data.get("telegram")
+        served = None
+        if isinstance(admin, AdminSettings) and isinstance(telegram, TelegramSettings):
+            served = admin.enabled or (telegram.enabled and telegram.mode == "webhook")
+        check_hooks(hooks, served=served)
+        return hooks
 
     @classmethod
     def settings_customise_sources(

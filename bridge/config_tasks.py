@@ -120,18 +120,18 @@ class HookSettings(Section):
         return self.session
 
 
-def check_hooks(hooks: list[HookSettings], *, admin: bool, telegram_webhook: bool) -> None:
-    """Names are unique, and some server of `bridge run` takes their requests."""
+def check_hooks(hooks: list[HookSettings], *, served: bool | None) -> None:
+    """Names are unique, and (where `served` is known) some server of `bridge run` takes requests."""
     seen: set[str] = set()
     for hook in hooks:
         if hook.name in seen:
-            raise ValueError(f"two [[hooks]] are named {hook.name!r}: each name is one URL, /hooks/<name>")
+            raise ValueError(f"two entries are named {hook.name!r}: each name is one URL, /hooks/<name>")
         seen.add(hook.name)
-    if any(hook.enabled for hook in hooks) and not (admin or telegram_webhook):
+    if served is False and any(hook.enabled for hook in hooks):
         raise ValueError(
-            "[[hooks]] are served by the admin server or by the Telegram webhook's server, and neither "
-            "is on: set [admin] enabled = true (it may stay on 127.0.0.1 behind a reverse proxy), or "
-            '[telegram] mode = "webhook"'
+            "webhooks are served by the admin server or by the Telegram webhook's server, and neither is "
+            "on: set [admin] enabled = true (it may stay on 127.0.0.1 behind a reverse proxy), or run "
+            'Telegram on a webhook ([telegram] enabled = true, mode = "webhook")'
         )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import logging
 import secrets
 import time
@@ -61,7 +62,8 @@ def event_key(hook: HookSettings, headers: Mapping[str, str], body: Any) -> str 
             raise ValueError(f"the body's {hook.id_field!r} is not a value that can identify the event")
     if key is None or key == "":
         return None
-    text = str(key).strip()
+    # A number or true/false as the body wrote it (JSON), not as Python spells it.
+    text = key.strip() if isinstance(key, str) else json.dumps(key)
     if not text or len(text) > MAX_EVENT_KEY:
         raise ValueError(f"the event key must be 1 to {MAX_EVENT_KEY} characters")
     return text
