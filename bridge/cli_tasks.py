@@ -67,7 +67,7 @@ def _print_list(tasks: list[TaskRow]) -> int:
     for task in tasks:
         nxt = when_text(task.next_due, task.zone) if task.next_due is not None else "-"
         print(row.format(task.id, task.state, nxt, task.chat_key, task.deliver_to))
-        print(f"          {TaskService.schedule_of(task).describe()}: {' '.join(task.prompt.split())[:100]}")
+        print(f"          {TaskService.describe(task)}: {' '.join(task.prompt.split())[:100]}")
     if not tasks:
         print("(none)")
     return 0

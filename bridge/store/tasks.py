@@ -224,10 +224,11 @@ class TaskTable(Database):
         """Cancel or pause a live task (or resume a paused one as 'active'); None when it isn't live."""
 
         def end(conn: Conn) -> TaskRow | None:
+            # A cancelled task has no next run; a paused one keeps its place, for a resume.
             row = conn.execute(
-                f"UPDATE tasks SET state = ? WHERE id = ? AND state IN ('active', 'paused') "
-                f"RETURNING {_TASK_COLS}",
-                (state, task_id),
+                "UPDATE tasks SET state = ?, next_due = CASE WHEN ? = 'cancelled' THEN NULL ELSE next_due "
+                f"END WHERE id = ? AND state IN ('active', 'paused') RETURNING {_TASK_COLS}",
+                (state, state, task_id),
             ).fetchone()
             return _task(row) if row is not None else None
 

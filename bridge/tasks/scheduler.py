@@ -133,8 +133,14 @@ class TaskService(DueLoop):
     def schedule_of(task: TaskRow) -> Schedule:
         return Schedule(task.kind, task.expression, task.zone)  # type: ignore[arg-type]
 
-    def describe(self, task: TaskRow) -> str:
-        return self.schedule_of(task).describe()
+    @staticmethod
+    def describe(task: TaskRow) -> str:
+        """The task's schedule in words; one that cannot be read (the loop pauses such a task) is
+        shown as written, so listings never fail on it."""
+        try:
+            return TaskService.schedule_of(task).describe()
+        except WhenError:
+            return f"unreadable schedule `{task.expression}` ({task.zone})"
 
     # ------------------------------------------------------------------ the loop
 
