@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,146 @@ def test_pairing_settings_load_per_platform(tmp_path: Path) -> None:
     settings = load_settings(config)
     assert (settings.telegram.dm_policy, settings.telegram.pairing_code_ttl_s) == ("pairing", 900)
     assert settings.discord.dm_policy == "allowlist"
+
+
+# -- [[hooks]] ---------------------------------------------------------------------------------
+
+HOOK_SECRET = "hook-secret-NEVER-SHOWN-5521"
+ADMIN_ON = "[admin]\nenabled = true\n"
+
+
+def hook_entry(name: str = "deploys", **fields: str) -> str:
+    """One [[hooks]] table; `fields` add or replace its keys (values written as TOML strings)."""
+    values = {"name": name, "secret": HOOK_SECRET, "deliver_to": "main", **fields}
+    return "[[hooks]]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
+
+
+async def refused(tmp_path: Path, text: str) -> str:
+    """check-config's stderr for a config it must refuse."""
+    done = await check(tmp_path, write(tmp_path, text))
+    assert done.code == 2, done.output
+    assert done.stderr.startswith("bridge: config error:\n"), done.stderr
+    assert done.stdout == ""
+    return done.stderr
+
+
+async def test_a_hook_secret_shorter_than_16_characters_is_refused_naming_the_key_without_showing_it(
+    tmp_path: Path,
+) -> None:
+    stderr = await refused(tmp_path, ADMIN_ON + hook_entry(secret="tiny-s3cr3t"))
+    assert "hooks[0].secret: must be at least 16 characters (e.g. `openssl rand -hex 24`)" in stderr
+    assert "tiny-s3cr3t" not in stderr
+
+
+async def test_a_secret_of_exactly_16_characters_is_accepted(tmp_path: Path) -> None:
+    done = await check(tmp_path, write(tmp_path, ADMIN_ON + hook_entry(secret="x" * 16)))
+    assert done.code == 0, done.output
+
+
+async def test_the_key_of_a_bad_hook_names_its_place_in_the_array(tmp_path: Path) -> None:
+    stderr = await refused(
+        tmp_path, ADMIN_ON + hook_entry("good") + hook_entry("second", secret="tiny-s3cr3t")
+    )
+    assert "hooks[1].secret: must be at least 16 characters" in stderr
+    assert "hooks[0]" not in stderr
+
+
+@pytest.mark.parametrize("name", ["Deploys!", "Deploys", "-deploys", "de ploys", "x" * 65])
+async def test_a_hook_name_that_cannot_be_a_url_path_is_refused(tmp_path: Path, name: str) -> None:
+    stderr = await refused(tmp_path, ADMIN_ON + hook_entry(name))
+    assert f"hooks[0].name: {name!r} is not a hook name: a-z, 0-9, _ and - (up to 64)" in stderr
+
+
+async def test_a_deliver_to_that_is_not_a_session_key_is_refused_with_the_key_error(tmp_path: Path) -> None:
+    stderr = await refused(tmp_path, ADMIN_ON + hook_entry(deliver_to="the ops room"))
+    assert "hooks[0].deliver_to: invalid session key 'the ops room': it contains whitespace" in stderr
+
+    stderr = await refused(tmp_path, ADMIN_ON + hook_entry(deliver_to="telegram:room:-100"))
+    assert "hooks[0].deliver_to: invalid session key 'telegram:room:-100': unknown scope 'room'" in stderr
+
+
+@pytest.mark.parametrize("target", ["cron:nightly", "hook:deploys", "node-laptop"])
+async def test_a_deliver_to_that_names_no_chat_is_refused(tmp_path: Path, target: str) -> None:
+    stderr = await refused(tmp_path, ADMIN_ON + hook_entry(deliver_to=target))
+    assert (
+        f"hooks[0].deliver_to: {target!r} is no chat: give the session key of a chat, e.g. 'main'" in stderr
+    )
+
+
+async def test_a_prompt_with_an_unknown_placeholder_is_refused_naming_it_and_the_known_ones(
+    tmp_path: Path,
+) -> None:
+    stderr = await refused(tmp_path, ADMIN_ON + hook_entry(prompt="New release {{body.tag}} by {{sender}}"))
+    assert (
+        "hooks[0].prompt: {{sender}} is not a placeholder; there are {{body}}, {{body.some.field}}" in stderr
+    )
+    assert "{{hook}} and {{event_id}}" in stderr
+
+
+@pytest.mark.parametrize("session", ["weird", "cron:abc", "main", "hook:"])
+async def test_a_session_that_is_neither_mode_nor_hook_key_is_refused(tmp_path: Path, session: str) -> None:
+    stderr = await refused(tmp_path, ADMIN_ON + hook_entry(session=session))
+    assert (
+        f"hooks[0].session: {session!r}: use 'per_event', 'fixed' or a key such as 'hook:deploys'" in stderr
+    )
+
+
+async def test_a_bad_id_field_is_refused(tmp_path: Path) -> None:
+    stderr = await refused(tmp_path, ADMIN_ON + hook_entry(id_field="release id"))
+    assert "hooks[0].id_field: 'release id' is not a field path such as 'id' or 'release.id'" in stderr
+
+
+async def test_two_hooks_with_one_name_are_refused(tmp_path: Path) -> None:
+    text = ADMIN_ON + hook_entry("deploys") + hook_entry("deploys", deliver_to="telegram:group:-100")
+    stderr = await refused(tmp_path, text)
+    assert "hooks: two entries are named 'deploys': each name is one URL, /hooks/<name>" in stderr
+
+
+async def test_hooks_without_a_server_to_take_them_are_refused_saying_how_to_fix_it(tmp_path: Path) -> None:
+    stderr = await refused(tmp_path, hook_entry())
+    assert "hooks: webhooks are served by the admin server or by the Telegram webhook's server" in stderr
+    assert "set [admin] enabled = true" in stderr
+    # The Telegram advice is whole: a webhook only serves them on a bot that runs.
+    assert '[telegram] enabled = true, mode = "webhook"' in stderr
+    # A Telegram bot that polls does not serve them either.
+    polling = '[telegram]\nenabled = true\ntoken = "123:abc"\n'
+    stderr = await refused(tmp_path, polling + hook_entry())
+    assert "neither is on" in stderr
+
+
+TELEGRAM_WEBHOOK = (
+    '[telegram]\nenabled = true\ntoken = "123:abc"\nmode = "webhook"\n'
+    'webhook_url = "https://bot.example.com/telegram"\nwebhook_secret = "abcdefabcdefabcdef"\n'
+)
+
+
+async def test_hooks_are_accepted_behind_the_telegram_webhook_or_when_all_are_disabled(
+    tmp_path: Path,
+) -> None:
+    done = await check(tmp_path, write(tmp_path, TELEGRAM_WEBHOOK + hook_entry()))
+    assert done.code == 0, done.output
+    done = await check(tmp_path, write(tmp_path, hook_entry() + "enabled = false\n"))
+    assert done.code == 0, done.output
+
+
+async def test_a_valid_hook_is_printed_with_its_secret_redacted(tmp_path: Path) -> None:
+    entry = hook_entry(
+        deliver_to="telegram:group:-100",
+        prompt="Deployed {{body.ref}} via {{hook}}",
+        session="fixed",
+        id_field="delivery.id",
+    )
+    done = await check(tmp_path, write(tmp_path, ADMIN_ON + entry))
+    assert done.code == 0, done.output
+    assert HOOK_SECRET not in done.output
+    (hook,) = tomllib.loads(done.stdout)["hooks"]
+    assert hook == {
+        "name": "deploys",
+        "secret": "<redacted>",
+        "deliver_to": "telegram:group:-100",
+        "prompt": "Deployed {{body.ref}} via {{hook}}",
+        "session": "fixed",
+        "id_field": "delivery.id",
+        "max_body_bytes": 65536,
+        "enabled": True,
+    }

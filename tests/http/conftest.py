@@ -32,7 +32,7 @@ async def admin_bridge(
     adapters: Sequence[Any] = (),
     config_path: Path | None = None,
     token: str = TOKEN,
-    **sections: dict[str, Any] | list[dict[str, Any]],
+    **sections: Any,
 ) -> AsyncIterator[tuple[Harness, AdminServer, str]]:
     """A started Bridge on the fake model, its admin server listening; yields it and the base URL.
     Keyword sections (hooks=, session=...) go into the settings."""
