@@ -9,17 +9,13 @@ import hmac
 import json
 import logging
 import secrets
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from bridge.config import Settings
 from bridge.config_tasks import HookSettings
 from bridge.store.hooks import HookEvent, HookState
 from bridge.store.sessions import new_id
-from bridge.store.tables import DatabaseStore
 from bridge.tasks import template
-from bridge.tasks.headless import Headless
 from bridge.tasks.loop import DueLoop
 from bridge.tasks.when import when_text
 
@@ -85,19 +81,10 @@ class HookService(DueLoop):
 
     name = "hooks"
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: DatabaseStore,
-        headless: Headless,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        super().__init__(clock)
-        self.settings = settings
-        self.store = store
-        self.headless = headless
-        self.hooks = {hook.name: hook for hook in settings.hooks if hook.enabled}
+    @property
+    def hooks(self) -> dict[str, HookSettings]:
+        """The enabled hooks by name."""
+        return {hook.name: hook for hook in self.settings.hooks if hook.enabled}
 
     def get(self, name: str) -> HookSettings | None:
         return self.hooks.get(name)

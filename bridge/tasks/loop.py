@@ -7,7 +7,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bridge.config import Settings
+    from bridge.store.tables import DatabaseStore
+    from bridge.tasks.headless import Headless
 
 log = logging.getLogger(__name__)
 
@@ -21,12 +26,22 @@ RETRY_AFTER_S = 5.0
 
 
 class DueLoop:
-    """Calls `tick()` when woken, at `next_due()`, or every POLL_S; keeps the runs it started, so a
-    shutdown can wait for them or stop them."""
+    """Calls `tick()` when woken, at `next_due()`, or every POLL_S; keeps the runs it started (each
+    through `headless`), so a shutdown can wait for them or stop them."""
 
     name = "due"
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: DatabaseStore,
+        headless: Headless,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.headless = headless
         self.clock = clock
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None

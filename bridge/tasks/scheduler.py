@@ -6,17 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 
-from bridge.config import Settings
 from bridge.sessions.keys import cron
 from bridge.store.base import SessionRow
 from bridge.store.sessions import new_id
-from bridge.store.tables import DatabaseStore
 from bridge.store.tasks import FiringRow, FiringState, TaskRow
-from bridge.tasks.headless import Headless
 from bridge.tasks.loop import DueLoop
 from bridge.tasks.when import Schedule, WhenError, next_fire, parse_when, when_text
 
@@ -50,19 +45,6 @@ class TaskService(DueLoop):
     """Makes, lists and cancels tasks for the tools, commands and CLI; fires them from a loop."""
 
     name = "tasks"
-
-    def __init__(
-        self,
-        settings: Settings,
-        store: DatabaseStore,
-        headless: Headless,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        super().__init__(clock)
-        self.settings = settings
-        self.store = store
-        self.headless = headless
 
     # ------------------------------------------------------------------ for the tools and commands
 
@@ -260,12 +242,11 @@ class TaskService(DueLoop):
             pause_after=0,
         )
         if task is not None:
-            await self.headless.notice(
-                task.chat_key,
+            await self._tell(
+                task,
                 f"⚠️ Scheduled task {task.id} was cut short by a restart at "
                 f"{when_text(firing.due_at, task.zone)} and was not finished. {self._next_line(task)}",
                 f"task-interrupted:{task.id}:{firing.due_at}",
-                fallback=_own_route(task),
             )
 
     def _next_line(self, task: TaskRow) -> str:
@@ -281,20 +262,22 @@ class TaskService(DueLoop):
         # Told once: on the failure that paused it, not on later ones of a task resumed meanwhile.
         paused_now = after is not None and after.state == "paused" and after.failures == pause_after
         if state == "error" and paused_now:
-            await self.headless.notice(
-                task.chat_key,
+            await self._tell(
+                task,
                 f"⚠️ Scheduled task {task.id} failed {pause_after} times in a row and is paused. "
                 f"Last error: {detail or 'unknown'}. Cancel it with /tasks cancel {task.id}.",
                 f"task-paused:{task.id}:{due}",
-                fallback=_own_route(task),
             )
 
     async def _tell_missed(self, task: TaskRow, missed: float, following: float | None) -> None:
         nxt = f"Next run: {when_text(following, task.zone)}." if following else "It will not run again."
-        await self.headless.notice(
-            task.chat_key,
+        await self._tell(
+            task,
             f"Scheduled task {task.id} did not run at {when_text(missed, task.zone)}: the bot was down. "
             + nxt,
             f"task-missed:{task.id}:{missed}",
-            fallback=_own_route(task),
         )
+
+    async def _tell(self, task: TaskRow, text: str, dedupe: str) -> None:
+        """A notice to the chat that made the task, once per `dedupe`."""
+        await self.headless.notice(task.chat_key, text, dedupe, fallback=_own_route(task))

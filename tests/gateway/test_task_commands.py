@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from bridge.events import Inbound
 from bridge.store.tasks import TaskRow
-from tests.fakes.openai_server import FakeOpenAI, text, tool_call
+from tests.fakes.openai_server import FakeOpenAI, text
 from tests.harness import OWNER, Harness, running_bridge
+from tests.tasks.chat import GROUP, GROUP_KEY, Clock, in_group, scheduling
 
-T0 = datetime(2026, 11, 25, 17, 0, tzinfo=UTC).timestamp()
-GROUP = "g1"
-GROUP_KEY = f"test:group:{GROUP}"
 FRIEND = "bob"  # no owner; the "test" surface has no access rules, so their DM is open
 FRIEND_KEY = f"test:dm:{FRIEND}"
 NONE_TEXT = 'No scheduled tasks here. Ask the bot, e.g. "remind me tomorrow at 9 to call Sam".'
-
-
-@dataclass
-class Clock:
-    now: float = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -37,28 +23,6 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     async with FakeOpenAI() as llm, running_bridge(tmp_path, llm) as running:
         running.bridge.tasks.clock = Clock()
         yield running
-
-
-_group_ids = iter(range(1, 10_000))
-
-
-async def in_group(harness: Harness, said: str, *, sender: str = "alice") -> None:
-    """A message in the group g1 that mentions the bot, answered before this returns."""
-    inbound = Inbound(
-        "test", "group", GROUP, sender, said, message_id=f"g-{next(_group_ids)}", mentioned=True
-    )
-    done = await harness.bridge.handle(inbound)
-    assert done is not None
-    await asyncio.wait_for(done, 10)
-
-
-def scheduling(harness: Harness, when: str, prompt: str, **extra: str) -> None:
-    """The fake model's next turn: load the tools, schedule one task, say so."""
-    harness.llm.push(
-        tool_call("load_tool_group", {"group_name": "scheduled_tasks"}),
-        tool_call("schedule_task", {"prompt": prompt, "when": when, **extra}),
-        text("Scheduled."),
-    )
 
 
 async def scheduled(harness: Harness, key: str, before: set[str]) -> TaskRow:

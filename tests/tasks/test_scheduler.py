@@ -4,30 +4,17 @@ downtime, paused after failures, and never fired twice after a crash."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from bridge.events import Inbound
 from bridge.store.tasks import TaskRow
 from bridge.tasks.scheduler import TaskService
-from tests.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
+from tests.fakes.openai_server import FakeOpenAI, http_error, text
 from tests.harness import Harness, running_bridge
-
-T0 = datetime(2026, 11, 25, 17, 0, tzinfo=UTC).timestamp()
-
-
-@dataclass
-class Clock:
-    now: float = T0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.tasks.chat import T0, Clock, in_group, scheduling
 
 
 @pytest.fixture
@@ -36,22 +23,6 @@ async def bot(tmp_path: Path) -> AsyncIterator[tuple[Harness, Clock]]:
     async with FakeOpenAI() as llm, running_bridge(tmp_path, llm, tasks={"max_per_chat": 2}) as harness:
         harness.bridge.tasks.clock = clock
         yield harness, clock
-
-
-async def in_group(harness: Harness, said: str) -> None:
-    """A message in the group g1 that mentions the bot, answered before this returns."""
-    inbound = Inbound("test", "group", "g1", "alice", said, message_id=f"g-{said}", mentioned=True)
-    done = await harness.bridge.handle(inbound)
-    assert done is not None
-    await asyncio.wait_for(done, 10)
-
-
-def scheduling(harness: Harness, when: str, prompt: str, **extra: str) -> None:
-    harness.llm.push(
-        tool_call("load_tool_group", {"group_name": "scheduled_tasks"}),
-        tool_call("schedule_task", {"prompt": prompt, "when": when, **extra}),
-        text("Scheduled."),
-    )
 
 
 async def schedule(harness: Harness, when: str, prompt: str = "Remind me to stretch", **extra: str) -> None:
@@ -202,15 +173,23 @@ async def test_a_bad_when_is_refused_with_what_is_accepted(bot: tuple[Harness, C
     assert await harness.bridge.tasks.tasks_of(None) == []
 
 
+async def daily_claimed(harness: Harness, run_id: str) -> TaskRow:
+    """A daily task made from main, its 18:00 firing claimed for `run_id` (and nothing more)."""
+    await schedule(harness, "0 18 * * *", "Daily")
+    task = await only_task(harness.bridge.tasks)
+    assert await harness.bridge.store.claim_firing(
+        task.id, T0 + 3600, T0 + 3600 + 86400, T0 + 3600, run_id=run_id
+    )
+    return task
+
+
 async def test_a_firing_a_crash_cut_short_is_never_run_again_and_its_chat_is_told(
     bot: tuple[Harness, Clock],
 ) -> None:
     harness, clock = bot
     service, store = harness.bridge.tasks, harness.bridge.store
-    await schedule(harness, "0 18 * * *", "Daily")
-    task = await only_task(service)
     # The claim is made, the run begins, and the process dies: as kill -9 right after firing started.
-    assert await store.claim_firing(task.id, T0 + 3600, T0 + 3600 + 86400, T0 + 3600, run_id="r-cut")
+    task = await daily_claimed(harness, "r-cut")
     session = await store.ensure_active_session(f"cron:{task.id}")
     await store.start_run("r-cut", session.id, "task", "hash")
     await store.abort_interrupted_runs()  # what the next start does before the tasks' loop begins
@@ -232,9 +211,7 @@ async def test_a_firing_claimed_but_never_begun_before_a_crash_runs_once_at_the_
 ) -> None:
     harness, clock = bot
     service, store = harness.bridge.tasks, harness.bridge.store
-    await schedule(harness, "0 18 * * *", "Daily")
-    task = await only_task(service)
-    assert await store.claim_firing(task.id, T0 + 3600, T0 + 3600 + 86400, T0 + 3600, run_id="r-never")
+    task = await daily_claimed(harness, "r-never")
     clock.now = T0 + 3600 + 5
     harness.llm.push(text("Daily summary"))
     await service.start(alone=True)
@@ -253,9 +230,7 @@ async def test_a_firing_whose_run_ended_before_a_crash_is_recorded_ok_and_not_ru
 ) -> None:
     harness, _ = bot
     service, store = harness.bridge.tasks, harness.bridge.store
-    await schedule(harness, "0 18 * * *", "Daily")
-    task = await only_task(service)
-    assert await store.claim_firing(task.id, T0 + 3600, T0 + 3600 + 86400, T0 + 3600, run_id="r-done")
+    task = await daily_claimed(harness, "r-done")
     harness.llm.push(text("answered before the crash"))
     await harness.bridge.headless.run(
         key=f"cron:{task.id}",
