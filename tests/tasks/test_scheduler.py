@@ -5,6 +5,7 @@ downtime, paused after failures, and never fired twice after a crash."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from bridge.store.tasks import TaskRow
 from bridge.tasks.scheduler import TaskService
-from tests.fakes.openai_server import FakeOpenAI, http_error, text
+from tests.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
 from tests.harness import Harness, running_bridge
 from tests.tasks.chat import T0, Clock, in_group, scheduling
 
@@ -288,3 +289,21 @@ async def test_a_task_that_cannot_be_worked_out_is_paused_and_the_others_still_f
     assert harness.sender.of("reply")[-1] == "still fired"
     after = await store.get_task("broken")
     assert after is not None and after.state == "paused"
+
+
+async def test_sessions_list_shows_a_fired_tasks_session_as_kind_cron(bot: tuple[Harness, Clock]) -> None:
+    harness, clock = bot
+    service = harness.bridge.tasks
+    await schedule(harness, "in 20 minutes")
+    task = await only_task(service)
+    clock.now = T0 + 1200
+    harness.llm.push(text("Stretch!"))
+    assert await fire(service) == 1
+    harness.llm.push(
+        tool_call("load_tool_group", {"group_name": "sessions"}),
+        tool_call("sessions_list", {"kinds": ["cron"]}),
+        text("One cron session."),
+    )
+    await harness.say("which scheduled sessions are there?")
+    listed = json.loads(harness.llm.requests[-1]["messages"][-1]["content"])
+    assert [(s["key"], s["kind"]) for s in listed["sessions"]] == [(f"cron:{task.id}", "cron")]
