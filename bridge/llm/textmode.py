@@ -30,6 +30,11 @@ TEXT_NAME_CORRECTION = (
     NOT_RUN + " A tool's name alone calls nothing. To call {name}, reply with only this block:\n"
     "{block}\nOr answer in plain words.]"
 )
+# A ```tool block naming a tool that exists nowhere (a small model makes up `remind` or `search`).
+UNKNOWN_TOOL_CORRECTION = (
+    NOT_RUN + " There is no tool named {name}. Call one of the tools listed, load a group from "
+    "'Available Tool Groups' with load_tool_group, or answer in plain words.]"
+)
 NATIVE_NAME_CORRECTION = (
     NOT_RUN + " A tool's name alone calls nothing. To use {name}, make a tool call (a function call) "
     "to it, or answer in plain words.]"
@@ -40,6 +45,7 @@ CALL_LABELS = frozenset({"json", "tool"})
 # A fence opens at the start of a line (after optional indentation) and closes on a line of its own,
 # so inline ``` in prose never starts a block. The body is matched lazily: the first closing fence ends it.
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w.-]*)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+_TOOL_FENCE = re.compile(r"^[ \t]*```[ \t]*tool[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _SIGNATURE = re.compile(r"\s*\([^()]*\)\s*$")
 # A whole reply that is only a name: `name`, name(), ```name```, name. (fullmatch on the stripped text).
@@ -375,6 +381,15 @@ class TextModeProvider:
         if name is not None:
             correction = _text_name_correction(name, allowed) if correct else None
             return _named(completion, name, allowed, correction)
+        made_up = next((i.name for i in parsed.ignored if i.reason == "not_allowed"), None)
+        if made_up is not None and _TOOL_FENCE.search(completion.content):
+            # A ```tool block is the protocol's, never an answer: the model is told once that the
+            # tool does not exist; after that the block is dropped, and what is left is the answer.
+            if correct:
+                return dataclasses.replace(
+                    completion, correction=UNKNOWN_TOOL_CORRECTION.format(name=made_up)
+                )
+            return dataclasses.replace(completion, content=without_calls(completion.content))
         return completion
 
     async def aclose(self) -> None:

@@ -416,3 +416,38 @@ async def test_a_group_written_as_a_call_is_a_call_but_a_group_name_alone_is_an_
     assert [c.name for c in call.tool_calls] == ["files"]
     answer = await provider.complete(QUESTION, TOOLS)
     assert answer.correction is None and answer.tool_calls == () and answer.content == "files"
+
+
+# -- a tool the model made up ------------------------------------------------------------------------
+
+
+async def test_a_made_up_tool_in_a_tool_block_is_named_to_the_model_once_then_never_shown() -> None:
+    reply = "I'll set that up.\n" + block({"tool_name": "remind", "arguments": {"in": "20m"}}, "tool")
+    first = await in_text_mode(reply)
+    assert first.tool_calls == () and first.correction is not None
+    assert "There is no tool named remind" in first.correction and "load_tool_group" in first.correction
+    # Once the run was corrected, the block is dropped and only the words around it are the answer.
+    second = await in_text_mode(reply, corrected(reply))
+    assert second.tool_calls == () and second.correction is None
+    assert second.content == "I'll set that up."
+
+
+async def test_a_json_block_naming_no_tool_is_content_not_a_made_up_call() -> None:
+    reply = "The format is:\n" + block({"tool_name": "remind", "arguments": {}})
+    completion = await in_text_mode(reply)
+    assert completion.correction is None and completion.content == reply
+
+
+async def test_a_made_up_tool_in_a_real_run_is_corrected_and_the_model_recovers(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.text(block({"tool_name": "remind", "arguments": {"message": "water"}}, "tool")),
+        fenced("get_current_time", {}),
+        fake.text("It is noon; I can't set reminders without the scheduled_tasks group."),
+    )
+    async with running_bridge(tmp_path, fake_llm, llm=TEXT) as h:
+        await h.say("remind me to drink water")
+    assert h.sender.of("reply") == ["It is noon; I can't set reminders without the scheduled_tasks group."]
+    told = fake_llm.requests[1]["messages"][-1]["content"]
+    assert told.startswith(NOT_RUN) and "There is no tool named remind" in told
