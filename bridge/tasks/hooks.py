@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 HOOK_CHANNEL = "hook"
 SIGNATURE_HEADER = "X-Bridge-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# Events one pass of the loop takes up; a larger burst is taken in passes one after another.
+EVENTS_PER_PASS = 100
 # An event key longer than this is refused: it is an id, not a document.
 MAX_EVENT_KEY = 200
 
@@ -112,7 +114,10 @@ class HookService(DueLoop):
 
     async def tick(self) -> int:
         started = 0
-        for event in await self.store.hook_events_in(("pending",)):
+        batch = await self.store.hook_events_in(("pending",), limit=EVENTS_PER_PASS)
+        if len(batch) == EVENTS_PER_PASS:
+            self.wake()  # a burst: the next pass follows at once, not after the poll interval
+        for event in batch:
             run_id = new_id()
             if await self.store.claim_hook_event(event.id, run_id, self.clock()):
                 self.spawn(self._run_event(event, run_id), f"hook:{event.hook}:{event.id}")

@@ -17,7 +17,7 @@ import pytest
 from bridge.events import Inbound
 from bridge.sessions.keys import kind
 from bridge.store.hooks import HookEvent
-from bridge.tasks.hooks import signature
+from bridge.tasks.hooks import EVENTS_PER_PASS, signature
 from tests.fakes.openai_server import FakeOpenAI, http_error, text
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of
@@ -305,3 +305,22 @@ async def _until_settled(harness: Harness) -> None:
     # The loop's own pass runs the pending event; its state lives in the database, not in an event.
     while await harness.bridge.store.hook_events_in(("pending", "running")):  # noqa: ASYNC110
         await asyncio.sleep(0.02)
+
+
+async def test_a_burst_larger_than_one_pass_asks_for_the_next_pass_at_once(tmp_path: Path) -> None:
+    async with FakeOpenAI() as llm, hooked(tmp_path, llm) as (harness, _):
+        service = harness.bridge.hooks
+        deploys = service.get("deploys")
+        assert deploys is not None
+        for n in range(EVENTS_PER_PASS + 5):
+            await service.accept(deploys, {"id": n}, str(n))
+        llm.push(*(text(f"answer {n}") for n in range(EVENTS_PER_PASS + 5)))
+        service._wake.clear()
+        assert await service.tick() == EVENTS_PER_PASS
+        assert service._wake.is_set()  # the loop goes round again without waiting for its poll
+        service._wake.clear()
+        assert await service.tick() == 5
+        assert not service._wake.is_set()
+        await service.idle()
+        assert harness.sender.of("reply").count("answer 0") == 1
+        assert await harness.bridge.store.hook_events_in(("pending", "running")) == []
