@@ -17,7 +17,6 @@ from bridge.tasks.hooks import HookService, authentic, event_key
 log = logging.getLogger(__name__)
 
 PATH = "/hooks/{name}"
-PREFIX = "/hooks/"
 
 
 def _answer(code: int, /, **body: Any) -> web.Response:

@@ -23,7 +23,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    status: Literal["ok", "error"]
+    # not_begun: the run never started (a shutdown dropped it from its lane's queue); it is the
+    # caller's to leave for the next start, which runs it. interrupted: it began and was stopped
+    # (/stop, /clear of its session, or a shutdown past its grace period).
+    status: Literal["ok", "error", "not_begun", "interrupted"]
     run_id: str
     # Why it failed, in a line for the log, the firing's record and the chat.
     detail: str | None = None
@@ -82,7 +85,8 @@ class Headless:
     ) -> Outcome:
         """The prompt as a user message of the active session of `key`, a run there (in the key's lane,
         so runs of one session never overlap), and its answer queued in the transaction that ends the
-        run, then sent. Returns once it is sent (or held back by the policy)."""
+        run, then sent. Returns once it is sent (or held back by the policy), or once a shutdown
+        dropped it from the lane's queue unbegun."""
         route = await self.route(deliver_to, fallback)
         if route is None:
             # Checked first: a run whose answer nobody could receive would only spend tokens.
@@ -90,14 +94,16 @@ class Headless:
                 f"no chat to deliver to: nobody has written in '{deliver_to}' yet, so its address is unknown"
             )
             return Outcome("error", run_id, detail)
-        outcome = Outcome("error", run_id, "the run did not end")
+        outcome: Outcome | None = None
+        began = False
 
         async def plan(run: str, text: str) -> list[OutboxItem]:
             item = Outbound(route, "reply", text, run, session_key=deliver_to, dedupe_key=f"{channel}:{run}")
             return await self.delivery.plan(item)
 
         async def job() -> None:
-            nonlocal outcome
+            nonlocal outcome, began
+            began = True
             try:
                 session = await self.store.ensure_active_session(key)
                 await self.store.add_user_message(session.id, prompt, sender=sender, queued=False)
@@ -106,11 +112,17 @@ class Headless:
                 log.exception("the run of %s failed", key)
                 outcome = Outcome("error", run_id, f"{type(exc).__name__}: {exc}"[:500])
                 return
+            # "stopped" (cut short for going in circles) was still answered, and the answer sent.
+            answered = result.status in ("ok", "stopped")
             detail = None if result.status == "ok" else (result.stop_reason or result.reply)[:500]
-            outcome = Outcome("ok" if result.status == "ok" else "error", result.run_id, detail)
+            outcome = Outcome("ok" if answered else "error", result.run_id, detail)
             if result.outbox:
                 # Waited for, as a chat's turn waits for its reply: the caller records the end after.
                 await self.delivery.deliver(result.outbox)
 
         await self.lanes.schedule(key, job, merge=False)
-        return outcome
+        if outcome is not None:
+            return outcome
+        if not began:
+            return Outcome("not_begun", run_id, "dropped from the queue before it began")
+        return Outcome("interrupted", run_id, "stopped before it ended")

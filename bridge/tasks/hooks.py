@@ -17,6 +17,7 @@ from bridge.store.hooks import HookEvent, HookState
 from bridge.store.sessions import new_id
 from bridge.tasks import template
 from bridge.tasks.loop import DueLoop
+from bridge.tasks.scheduler import ANSWERED
 from bridge.tasks.when import when_text
 
 log = logging.getLogger(__name__)
@@ -135,13 +136,24 @@ class HookService(DueLoop):
                 deliver_to=event.deliver_to,
             )
         except asyncio.CancelledError:
-            await asyncio.shield(self._finish(event, "interrupted", "stopped with the bot"))
+            # Stopped with the bot: a run that never began is left for the next start to run.
+            await asyncio.shield(self._stopped(event, run_id))
             raise
         except Exception as exc:
             log.exception("webhook %s: event %s failed", event.hook, event.id)
             await self._finish(event, "error", f"{type(exc).__name__}: {exc}"[:500])
             return
-        await self._finish(event, outcome.status, outcome.detail)
+        if outcome.status == "not_begun":
+            log.info("webhook %s: event %s waits for the next start", event.hook, event.id)
+        elif outcome.status == "interrupted":
+            await self._cut_short(event, "before it finished")
+        else:
+            await self._finish(event, outcome.status, outcome.detail)
+
+    async def _stopped(self, event: HookEvent, run_id: str) -> None:
+        """The bot stops while an event runs: one whose run never began is left for the next start."""
+        if await self.store.get_run(run_id) is not None:
+            await self._cut_short(event, "by a shutdown")
 
     async def _finish(self, event: HookEvent, state: HookState, detail: str | None) -> None:
         await self.store.finish_hook_event(event.id, state, self.clock(), detail)
@@ -156,23 +168,26 @@ class HookService(DueLoop):
 
     async def _settle(self, event: HookEvent) -> None:
         """An event a crash left running. Its run never began (no row: nothing was asked or sent): it
-        runs now, still once. Its run ended well (the answer was queued with that end, and the
-        outbox's recovery sends it): ok. Otherwise it is interrupted, and its chat is told."""
+        runs now, still once. Its run ended (the answer was queued with that end, and the outbox's
+        recovery sends it): ok. Otherwise it is interrupted, and its chat is told."""
         run = await self.store.get_run(event.run_id) if event.run_id else None
         if run is None and event.run_id:
             log.info(
                 "webhook %s: event %s never began before a restart; running it now", event.hook, event.id
             )
             self.spawn(self._run_event(event, event.run_id), f"hook:{event.hook}:{event.id}")
-            return
-        if run is not None and run.status == "ok":
+        elif run is not None and run.status in ANSWERED:
             await self.store.finish_hook_event(event.id, "ok", self.clock(), None)
-            return
-        log.warning("webhook %s: event %s was cut short by a restart", event.hook, event.id)
-        await self.store.finish_hook_event(event.id, "interrupted", self.clock(), "cut short by a restart")
+        else:
+            await self._cut_short(event, "by a restart")
+
+    async def _cut_short(self, event: HookEvent, why: str) -> None:
+        """An event whose run began and did not end: interrupted, never run again, and told."""
+        log.warning("webhook %s: event %s was cut short %s", event.hook, event.id, why)
+        await self.store.finish_hook_event(event.id, "interrupted", self.clock(), f"cut short {why}")
         await self.headless.notice(
             event.deliver_to,
-            f"⚠️ A '{event.hook}' webhook event ({event.event_key or event.id}) was cut short by a restart "
-            "and was not answered.",
+            f"⚠️ A '{event.hook}' webhook event ({event.event_key or event.id}) was cut short {why} and was "
+            "not answered.",
             f"hook-interrupted:{event.id}",
         )

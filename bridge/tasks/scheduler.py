@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 
 # The channel a task's run is marked with (traces, runs); like an agent's, it has no person behind it.
 TASK_CHANNEL = "task"
+# Run statuses whose answer was stored and queued with the run's end ("stopped": cut short for going
+# in circles, but answered).
+ANSWERED = ("ok", "stopped")
 # A cron task down for ages is caught up by walking its due times up to now, this many at most.
 MAX_WALK = 10_000
 
@@ -204,49 +207,69 @@ class TaskService(DueLoop):
                 fallback=task.route,
             )
         except asyncio.CancelledError:
-            await asyncio.shield(self._finish(task, due, "interrupted", "stopped with the bot"))
+            # Stopped with the bot: a run that never began is left for the next start to fire.
+            await asyncio.shield(self._stopped(task, due, run_id))
             raise
         except Exception as exc:
             log.exception("task %s failed", task.id)
             await self._finish(task, due, "error", f"{type(exc).__name__}: {exc}"[:500])
             return
-        await self._finish(task, due, outcome.status, outcome.detail)
+        if outcome.status == "not_begun":
+            log.info("task %s: its firing due %s waits for the next start", task.id, due)
+        elif outcome.status == "interrupted":
+            await self._cut_short(task.id, due, "before it finished")
+        else:
+            await self._finish(task, due, outcome.status, outcome.detail)
+
+    async def _stopped(self, task: TaskRow, due: float, run_id: str) -> None:
+        """The bot stops while a firing is on: one whose run never began is left for the next start."""
+        if await self.store.get_run(run_id) is not None:
+            await self._cut_short(task.id, due, "by a shutdown")
 
     async def _settle(self, firing: FiringRow) -> None:
         """A firing a crash left running. Its run never began (no row: nothing was asked or sent): it
-        runs now, still once. Its run ended well (the answer was queued with that end, and the
-        outbox's recovery sends it): ok. Otherwise it is interrupted, and the task's chat is told."""
+        runs now, still once, if it is not past the catch-up window. Its run ended (the answer was
+        queued with that end, and the outbox's recovery sends it): ok. Otherwise it is interrupted,
+        and the task's chat is told."""
         task = await self.store.get_task(firing.task_id)
         run = await self.store.get_run(firing.run_id) if firing.run_id else None
         if run is None and firing.run_id and task is not None and task.state in ("active", "paused"):
+            late = self.clock() - firing.due_at
+            if late > self.settings.tasks.catch_up_s:
+                # As a due time the bot slept through.
+                detail = f"never began before a restart; {late:.0f} s late by the next start"
+                await self.store.finish_firing(
+                    task.id, firing.due_at, "missed", self.clock(), run_id=None, detail=detail, pause_after=0
+                )
+                await self._tell_missed(
+                    task, firing.due_at, task.next_due if task.state == "active" else None
+                )
+                return
             log.info(
                 "task %s: its firing due %s never began before a restart; firing it now",
                 task.id,
                 firing.due_at,
             )
             self.spawn(self._fire(task, firing.due_at, firing.run_id), f"task:{task.id}")
-            return
-        if run is not None and run.status == "ok":
+        elif run is not None and run.status in ANSWERED:
             await self.store.finish_firing(
                 firing.task_id, firing.due_at, "ok", self.clock(), run_id=None, detail=None, pause_after=0
             )
-            return
-        log.warning("task %s: its firing due %s was cut short by a restart", firing.task_id, firing.due_at)
-        await self.store.finish_firing(
-            firing.task_id,
-            firing.due_at,
-            "interrupted",
-            self.clock(),
-            run_id=None,
-            detail="cut short by a restart",
-            pause_after=0,
+        else:
+            await self._cut_short(firing.task_id, firing.due_at, "by a restart")
+
+    async def _cut_short(self, task_id: str, due: float, why: str) -> None:
+        """A firing whose run began and did not end: interrupted, never run again, and told."""
+        log.warning("task %s: its firing due %s was cut short %s", task_id, due, why)
+        task = await self.store.finish_firing(
+            task_id, due, "interrupted", self.clock(), run_id=None, detail=f"cut short {why}", pause_after=0
         )
         if task is not None:
             await self._tell(
                 task,
-                f"⚠️ Scheduled task {task.id} was cut short by a restart at "
-                f"{when_text(firing.due_at, task.zone)} and was not finished. {self._next_line(task)}",
-                f"task-interrupted:{task.id}:{firing.due_at}",
+                f"⚠️ Scheduled task {task.id} was cut short {why} at {when_text(due, task.zone)} and was "
+                f"not finished. {self._next_line(task)}",
+                f"task-interrupted:{task.id}:{due}",
             )
 
     def _next_line(self, task: TaskRow) -> str:

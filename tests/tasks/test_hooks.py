@@ -17,8 +17,8 @@ import pytest
 from bridge.events import Inbound
 from bridge.sessions.keys import kind
 from bridge.store.hooks import HookEvent
-from bridge.tasks.hooks import EVENTS_PER_PASS, signature
-from tests.fakes.openai_server import FakeOpenAI, http_error, text
+from bridge.tasks.hooks import EVENTS_PER_PASS, HookService, signature
+from tests.fakes.openai_server import FakeOpenAI, Reply, http_error, text
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of
 
@@ -324,3 +324,50 @@ async def test_a_burst_larger_than_one_pass_asks_for_the_next_pass_at_once(tmp_p
         await service.idle()
         assert harness.sender.of("reply").count("answer 0") == 1
         assert await harness.bridge.store.hook_events_in(("pending", "running")) == []
+
+
+class HoldsTheChat:
+    """Holds the chat's request until the test opens the gate; answers the webhook's at once."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        if "hold on" in str(request["messages"][-1]["content"]):
+            await self.gate.wait()
+            return text("done holding")
+        return text("deploy answered")
+
+
+async def test_an_event_still_queued_at_a_shutdown_is_left_for_the_next_start_which_runs_it_once(
+    tmp_path: Path,
+) -> None:
+    model = HoldsTheChat()
+    runs = {"max_concurrent_runs": 1, "shutdown_grace_s": 0.2}
+    async with FakeOpenAI(model) as llm, hooked(tmp_path, llm, runs=runs) as (harness, client):
+        bridge = harness.bridge
+        # The one run slot is taken by a chat turn that waits; the event queues behind it.
+        waiting = await bridge.handle(Inbound("test", "dm", "u1", "u1", "hold on", message_id="h1"))
+        await llm.wait_for_requests(2, timeout=5)  # the group's greeting, then this one
+        assert (await client.post("/hooks/deploys", **signed({"id": 1}))).status_code == 202
+        assert await bridge.hooks.tick() == 1
+        await bridge.shutdown()  # SIGTERM: the chat turn is stopped after the grace, the event dropped
+        await bridge.hooks.stop()
+        (event,) = await events(harness)
+        assert event.state == "running" and event.run_id is not None
+        assert await bridge.store.get_run(event.run_id) is None  # it never began
+        assert not [n for n in harness.sender.of("notice") if "deploys" in n]
+        model.gate.set()
+        assert waiting is not None
+        await asyncio.wait_for(waiting, 5)
+
+        # The next start (here, a new service on the same store) runs it, once.
+        restarted = HookService(bridge.settings, bridge.store, bridge.headless)
+        await restarted.start(alone=True)
+        try:
+            await restarted.idle()
+        finally:
+            await restarted.stop()
+        (event,) = await events(harness)
+        assert event.state == "ok"
+        assert sum("Deploy of" in str(r["messages"][-1]["content"]) for r in llm.requests) == 1
