@@ -86,6 +86,7 @@ class Bridge:
         self.share: WorkShare | None = None
         # The newest outbox row when this process began: recover() sends only what a crash left open.
         self._left_over: int | None = None
+        self._unanswered_upto: int | None = None
         self.leases: PgLeases | None = None
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
@@ -189,6 +190,8 @@ class Bridge:
             # What recover() is to send: the rows open now. Rows written after this are the live
             # traffic's, already on their way (the adapters listen before recover() runs).
             self._left_over = await self.store.last_outbox_id()
+            # Likewise for resume(): messages stored from here on are answered by the live path.
+            self._unanswered_upto = await self.store.last_message_id()
             if self.settings.runs.keep_traces:
                 await self.store.prune_traces(self.settings.runs.keep_traces)
             # Last: a start that fails above must not leave a watcher that would end the process.
@@ -261,7 +264,7 @@ class Bridge:
             return
         # Queued first, so in each chat they go before anything the resumed answers send.
         undelivered = await self.delivery.recover(upto=self._left_over)
-        await self.dispatcher.resume()
+        await self.dispatcher.resume(upto=self._unanswered_upto)
         await asyncio.gather(*undelivered, return_exceptions=True)
         await self.tasks.start(alone=True)
         await self.hooks.start(alone=True)

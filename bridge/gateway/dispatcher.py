@@ -233,11 +233,13 @@ class Dispatcher:
         # No worker's yet: whoever recovers the outbox sends them (at a start, or a takeover).
         return [dataclasses.replace(row, worker_id=None) for row in self.delivery.plan_for(item, session)]
 
-    async def resume(self) -> int:
+    async def resume(self, upto: int | None = None) -> int:
         """At start: answer messages that were stored but never taken up by a run (they came in while
-        Bridge was stopping, or a crash came between storing and answering). Returns how many chats."""
+        Bridge was stopping, or a crash came between storing and answering). `upto`: the newest
+        message stored before this process began; later ones are the live traffic's, already on their
+        way (the adapters listen before this runs). Returns how many chats."""
         resumed = 0
-        for found in await self.sessions.store.unanswered():
+        for found in await self.sessions.store.unanswered(upto):
             session = found.session
             route = Route.from_json(session.last_route)
             # Only chats this process can answer in (`bridge chat` serves the console alone).

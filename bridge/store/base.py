@@ -319,8 +319,13 @@ class Store(Protocol):
         self, notices: InterruptedNotices | None = None, *, workers: Collection[str | None] | None = None
     ) -> list[RunRow]: ...
 
-    async def unanswered(self) -> list[Unanswered]:
-        """Active sessions with a message from a person that no run took up (queued at a stop or crash)."""
+    async def unanswered(self, upto: int | None = None) -> list[Unanswered]:
+        """Active sessions with a message from a person that no run took up (queued at a stop or crash);
+        `upto`: only messages up to that id."""
+        ...
+
+    async def last_message_id(self) -> int:
+        """The newest message's id, 0 when there is none."""
         ...
 
     async def count_waiting(self, session_id: str) -> int:

@@ -303,15 +303,22 @@ class RunTable(MessageTable):
 
         return await self._write(abort)
 
-    async def unanswered(self) -> list[Unanswered]:
+    async def unanswered(self, upto: int | None = None) -> list[Unanswered]:
+        """Active sessions whose newest user message no run took up; `upto`: only messages up to
+        that id (those stored before this process began: later ones are the live traffic's)."""
         rows = await self._rows(
             f"SELECT {', '.join('s.' + c.strip() for c in SESSION_COLS.split(','))}, m.id, "
             "m.platform_msg_id FROM sessions s JOIN messages m ON m.id = (SELECT MAX(id) FROM messages "
             "WHERE session_id = s.id AND kind = 'user' AND via_session IS NULL) "
             "WHERE s.ended_at IS NULL AND m.id > COALESCE((SELECT MAX(input_upto) FROM runs "
-            "WHERE session_id = s.id), 0) ORDER BY m.id"
+            "WHERE session_id = s.id), 0) AND m.id <= ? ORDER BY m.id",
+            (upto if upto is not None else 2**62,),
         )
         return [Unanswered(SessionRow(*row[:-2]), row[-2], row[-1]) for row in rows]
+
+    async def last_message_id(self) -> int:
+        """The newest message's id (0 for none)."""
+        return int(await self._scalar("SELECT COALESCE(MAX(id), 0) FROM messages") or 0)
 
     async def skip_unanswered(self, session_id: str, reason: str) -> bool:
         def skip(conn: Conn) -> bool:

@@ -157,3 +157,34 @@ async def test_a_reply_written_while_start_up_recovery_reads_the_outbox_is_sent_
         await asyncio.wait_for(asyncio.gather(done, catching_up), 10)
         await h.bridge.delivery.idle()
         assert sender.of("reply") == ["answered while catching up"]
+
+
+async def test_a_message_that_arrives_while_start_up_recovery_runs_is_answered_once_by_the_live_path(
+    tmp_path: Path, fake_llm: FakeOpenAI, caplog: Any
+) -> None:
+    # The adapters listen before the catch-up begins: a message stored in between, its run not yet
+    # begun, is the live traffic's, not one "from before the restart" for the catch-up to answer again.
+    fake_llm.push(fake.text("answered once"))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        store = h.bridge.store
+        real_begin = store.begin_run
+        beginning, let_begin = asyncio.Event(), asyncio.Event()
+
+        async def held_begin(*args: Any, **kwargs: Any) -> Any:
+            beginning.set()  # the message is stored; its run is about to claim it
+            await let_begin.wait()
+            return await real_begin(*args, **kwargs)
+
+        store.begin_run = held_begin  # type: ignore[method-assign]
+        caplog.set_level("INFO", logger="bridge.gateway.dispatcher")
+        done = await h.bridge.handle(h.inbound("hello"))
+        assert done is not None
+        await asyncio.wait_for(beginning.wait(), 10)
+        await h.bridge.recover()  # the catch-up runs in that moment
+        let_begin.set()
+        await asyncio.wait_for(done, 10)
+        await h.bridge.lanes.idle()
+        await h.bridge.delivery.idle()
+    assert h.sender.of("reply") == ["answered once"]
+    assert len(fake_llm.requests) == 1
+    assert not [r for r in caplog.records if "before the restart" in r.getMessage()]
