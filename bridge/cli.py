@@ -29,7 +29,6 @@ from bridge.logs import redactor, setup_logging
 
 if TYPE_CHECKING:
     from bridge.app import Bridge
-    from bridge.gateway.lifecycle import GuardedAdapter
     from bridge.reload import ConfigReloader
 
 EXIT_CONFIG = 2
@@ -182,14 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(cli_store.backup_database(settings, args.path))
     if args.command == "policy":
         return asyncio.run(explain_policy(settings, args.session_key, args.surface))
-    if args.command == "pair":
-        from bridge import cli_pair
+    if args.command in ("pair", "tasks"):
+        from bridge import cli_pair, cli_tasks
 
-        return asyncio.run(cli_pair.run(settings, args))
-    if args.command == "tasks":
-        from bridge import cli_tasks
-
-        return asyncio.run(cli_tasks.run(settings, args))
+        return asyncio.run((cli_pair.run if args.command == "pair" else cli_tasks.run)(settings, args))
     if args.command == "admin":
         return show_admin(settings)
     if args.command == "health":
@@ -445,7 +440,9 @@ async def run(settings: Settings, path: Path | None = None) -> int:
         reloader = _watch_config(bridge, settings, path)
         admin = await start_admin(bridge, adapters, settings, path, reloader)
         if admin is None and bridge.hooks.hooks:
-            _serve_hooks_beside_platforms(bridge, adapters)
+            from bridge.http.hooks import serve_beside_platforms
+
+            serve_beside_platforms(bridge.hooks, adapters)
         started: list[GuardedAdapter] = []
         recovering: asyncio.Task[None] | None = None
         listening: list[asyncio.Task[None]] = []
@@ -484,18 +481,6 @@ async def run(settings: Settings, path: Path | None = None) -> int:
             if admin is not None:
                 await admin.stop()
     return 0
-
-
-def _serve_hooks_beside_platforms(bridge: Bridge, adapters: list[GuardedAdapter]) -> None:
-    """Without the admin server, [[hooks]] are served by a platform's own HTTP server (the Telegram
-    webhook's); the config check made sure there is one."""
-    from bridge.http.hooks import HookEndpoint
-
-    routes = HookEndpoint(bridge.hooks).routes()
-    if not any(adapter.offer_http_routes(routes) for adapter in adapters):
-        logging.getLogger("bridge").error(
-            "[[hooks]]: no server takes their requests; set [admin] enabled = true to serve them"
-        )
 
 
 def _lost_database() -> None:

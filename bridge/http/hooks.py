@@ -7,12 +7,16 @@ adapters/base.py), with the same handler. Its own secret guards it, not the admi
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from bridge.jsonutil import loads
 from bridge.tasks.hooks import HookService, authentic, event_key
+
+if TYPE_CHECKING:
+    from bridge.gateway.lifecycle import GuardedAdapter
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +80,11 @@ class HookEndpoint:
         if not new:
             return _answer(200, status="duplicate", event=event.id, state=event.state)
         return _answer(202, status="accepted", event=event.id, session=event.session_key)
+
+
+def serve_beside_platforms(hooks: HookService, adapters: Sequence[GuardedAdapter]) -> None:
+    """Without the admin server, [[hooks]] are served by a platform's own HTTP server (the Telegram
+    webhook's); the config check made sure there is one."""
+    routes = HookEndpoint(hooks).routes()
+    if not any(adapter.offer_http_routes(routes) for adapter in adapters):
+        log.error("[[hooks]]: no server takes their requests; set [admin] enabled = true to serve them")

@@ -10,6 +10,7 @@ from bridge.store.engine import Conn, Database
 # pending: stored, not yet run. running: its run began (a crash leaves it so; the next start
 # decides from the run's own row what became of it). ok, error, interrupted: ended.
 HookState = Literal["pending", "running", "ok", "error", "interrupted"]
+HOOK_STATES: tuple[HookState, ...] = ("pending", "running", "ok", "error", "interrupted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +93,6 @@ class HookTable(Database):
         marks = ", ".join("?" * len(states))
         rows = await self._rows(
             f"SELECT {_COLS} FROM hook_events WHERE state IN ({marks}) ORDER BY id LIMIT ?", (*states, limit)
-        )
-        return [_event(row) for row in rows]
-
-    async def recent_hook_events(self, hook: str | None = None, limit: int = 50) -> list[HookEvent]:
-        """The newest events, of one hook or of all."""
-        where, params = ("WHERE hook = ? ", [hook]) if hook else ("", [])
-        rows = await self._rows(
-            f"SELECT {_COLS} FROM hook_events {where}ORDER BY id DESC LIMIT ?", (*params, limit)
         )
         return [_event(row) for row in rows]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from bridge.store.hooks import HOOK_STATES
 from bridge.store.tables import DatabaseStore
 
 NOW = 1_800_000_000.0
@@ -44,6 +45,6 @@ async def test_an_event_is_claimed_by_one_run_and_its_end_recorded(store: Databa
     assert running.run_id is not None and running.started_at == NOW + 1
     assert await store.hook_events_in(("pending",)) == []
     await store.finish_hook_event(event_id, "ok", NOW + 2, None)
-    (done,) = await store.recent_hook_events("deploys")
+    (done,) = await store.hook_events_in(HOOK_STATES)
     assert (done.state, done.ended_at, done.run_id) == ("ok", NOW + 2, running.run_id)
     assert await store.hook_events_in(("pending", "running")) == []

@@ -16,7 +16,7 @@ import pytest
 
 from bridge.events import Inbound
 from bridge.sessions.keys import kind
-from bridge.store.hooks import HookEvent
+from bridge.store.hooks import HOOK_STATES, HookEvent
 from bridge.tasks.hooks import EVENTS_PER_PASS, HookService, signature
 from tests.fakes.openai_server import FakeOpenAI, Reply, http_error, text
 from tests.harness import Harness
@@ -66,7 +66,7 @@ async def answered(harness: Harness) -> int:
 
 
 async def events(harness: Harness) -> list[HookEvent]:
-    return await harness.bridge.store.recent_hook_events()
+    return await harness.bridge.store.hook_events_in(HOOK_STATES)
 
 
 async def test_a_signed_hook_is_stored_answered_202_and_its_answer_posted_in_the_target_chat(
