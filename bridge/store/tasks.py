@@ -173,8 +173,8 @@ class TaskTable(Database):
         """The soonest due time of any active task (a run asked for by `bridge tasks run-now` is due
         at once)."""
         rows = await self._rows(
-            "SELECT MIN(next_due), MIN(run_requested) FROM tasks WHERE state IN ('active', 'paused') "
-            "AND (state = 'active' OR run_requested IS NOT NULL)"
+            "SELECT MIN(CASE WHEN state = 'active' THEN next_due END), MIN(run_requested) FROM tasks "
+            "WHERE state IN ('active', 'paused')"
         )
         times = [float(t) for t in (rows[0] if rows else ()) if t is not None]
         return min(times) if times else None

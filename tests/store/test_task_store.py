@@ -122,3 +122,13 @@ async def test_due_tasks_and_next_due_skip_paused_and_cancelled_ones(store: Data
     assert await store.next_due() == NOW
     assert [t.id for t in await store.due_tasks(NOW)] == ["early"]
     assert [t.id for t in await store.list_tasks(None)] == ["off", "early", "late"]
+
+
+async def test_a_paused_task_asked_to_run_now_is_due_at_the_request_not_at_its_old_due_time(
+    store: DatabaseStore,
+) -> None:
+    await store.add_task(task("off", due=NOW - 50), max_per_chat=10)
+    await store.end_task("off", "paused")
+    assert await store.next_due() is None
+    assert await store.request_run("off", NOW) is not None
+    assert await store.next_due() == NOW
