@@ -297,3 +297,49 @@ async def test_a_valid_hook_is_printed_with_its_secret_redacted(tmp_path: Path) 
         "max_body_bytes": 65536,
         "enabled": True,
     }
+
+
+# -- [skills] --------------------------------------------------------------------------------
+
+
+def skill_md(folder: Path, front: str, body: str = "Steps.\n") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "SKILL.md").write_text(f"---\n{front}---\n{body}", encoding="utf-8")
+    return folder / "SKILL.md"
+
+
+async def test_check_config_reports_malformed_skills_naming_the_key_each_file_and_why(tmp_path: Path) -> None:
+    skill_md(tmp_path / "skills" / "good", "name: good\ndescription: Fine.\n")
+    skill_md(tmp_path / "skills" / "bad-yaml", "name: [bad\ndescription: x\n")
+    skill_md(tmp_path / "skills" / "nameless", "description: x\n")
+    config = write(tmp_path, '[skills]\npaths = ["skills"]\n')
+    done = await check(tmp_path, config)
+    assert done.code == 2, done.output
+    assert done.stderr.startswith("bridge: config error:\n")
+    lines = done.stderr.splitlines()[1:]
+    assert len(lines) == 2, done.stderr
+    assert lines[0].startswith(
+        f"{config}: skills.paths: skills/bad-yaml/SKILL.md: the front matter is not valid YAML"
+    )
+    assert lines[1] == f"{config}: skills.paths: skills/nameless/SKILL.md: the front matter has no name"
+    assert done.stdout == ""
+
+
+async def test_check_config_refuses_two_skills_of_one_name_and_a_path_that_is_no_folder(
+    tmp_path: Path,
+) -> None:
+    skill_md(tmp_path / "a" / "notes", "name: notes\ndescription: One.\n")
+    skill_md(tmp_path / "b" / "notes", "name: notes\ndescription: Two.\n")
+    config = write(tmp_path, '[skills]\npaths = ["a", "b", "nowhere"]\n')
+    done = await check(tmp_path, config)
+    assert done.code == 2, done.output
+    assert "skills.paths: b/notes/SKILL.md: the name 'notes' is taken by a/notes/SKILL.md" in done.stderr
+    assert "skills.paths: nowhere: no such folder" in done.stderr
+
+
+async def test_check_config_accepts_valid_skills_and_prints_their_paths(tmp_path: Path) -> None:
+    skill_md(tmp_path / "skills" / "notes", "name: notes\ndescription: Take notes.\nlicense: MIT\n")
+    (tmp_path / "skills" / "assets").mkdir()  # no SKILL.md: not a skill, and no error
+    done = await check(tmp_path, write(tmp_path, '[skills]\npaths = ["skills"]\n'))
+    assert done.code == 0, done.output
+    assert tomllib.loads(done.stdout)["skills"] == {"paths": ["skills"]}

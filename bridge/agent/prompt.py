@@ -1,12 +1,15 @@
-"""The system prompt: the operator's instructions, the chat, memories and the tool group listing."""
+"""The system prompt: the operator's instructions, the chat, memories, the tool group listing and skills."""
 
 from __future__ import annotations
 
+from collections.abc import Set
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from bridge.config import Settings
+from bridge.skills import SkillCatalog
 from bridge.store.base import SessionRow
+from bridge.tools.builtin.skills import LOAD_SKILL
 from bridge.tools.registry import ToolRegistry
 
 
@@ -17,6 +20,7 @@ def build_system_prompt(
     loaded_groups: set[str],
     memories: list[str],
     summary: str | None = None,
+    loaded_skills: Set[str] = frozenset(),
 ) -> str:
     # Date only, not the time: the prompt then stays byte-identical all day, which keeps provider-side
     # prompt caches warm. get_current_time gives the exact time.
@@ -36,7 +40,25 @@ def build_system_prompt(
     listing = registry.group_listing(loaded_groups)
     if listing:
         parts.append(listing)
+    # No skills configured, or load_skill disabled: nothing to list.
+    if registry.get(LOAD_SKILL) is not None:
+        parts.extend(skill_sections(settings.skills.catalog, loaded_skills))
     return "\n\n".join(parts)
+
+
+def skill_sections(catalog: SkillCatalog, loaded: Set[str]) -> list[str]:
+    """The "Available Skills" listing (name and description), then each loaded skill's instructions.
+
+    The instructions live here rather than only in load_skill's result, so a skill loaded long ago
+    still applies after that result has left the history window.
+    """
+    if not catalog:
+        return []
+    loaded = catalog.known(loaded)
+    lines = ["## Available Skills", "Before a task a skill fits, call load_skill with its name."]
+    lines += [f"- {s.name}{' (loaded)' if s.name in loaded else ''}: {s.description}" for s in catalog]
+    bodies = [f"## Skill: {s.name}\n{s.body}" for s in catalog if s.name in loaded and s.body]
+    return ["\n".join(lines), *bodies]
 
 
 def _place(session: SessionRow) -> str:

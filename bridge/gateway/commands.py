@@ -230,7 +230,10 @@ class Commands:
 
     async def status(self, key: str, surface: str) -> str:
         session = await self.sessions.active_for_key(key)
-        loaded = sorted(self.registry.known_groups(await self.store.loaded_groups(session.id)))
+        restored = await self.store.loaded(session.id)
+        loaded = sorted(self.registry.known_groups(restored.groups))
+        skills = self.settings.skills.catalog
+        loaded_skills = sorted(skills.known(restored.skills))
         count = await self.store.count_messages(session.id)
         suppressed = await self.store.count_outbox(session, "suppressed")
         summaries = await self.store.summaries(session.id)
@@ -241,6 +244,8 @@ class Commands:
                 f"Session: {session.id} (key {session.key}, started {started})",
                 f"Messages: {count}",
                 f"Loaded tool groups: {', '.join(loaded) if loaded else 'none'}",
+                # Only where skills are configured: elsewhere the line could only ever say "none".
+                *([f"Loaded skills: {', '.join(loaded_skills) or 'none'}"] if skills else []),
                 f"Model: {self._model_line(session)}",
                 f"State: {'answering' if self.lanes.busy(key) else 'idle'}",
                 f"Send policy: {send_state(decision)}",

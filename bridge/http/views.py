@@ -59,9 +59,10 @@ async def find_sessions(bridge: Bridge, wanted: SessionFilter) -> list[dict[str,
 
 
 async def session_detail(bridge: Bridge, row: SessionRow, limit: int) -> dict[str, Any]:
-    """One session: its history with tool calls and results, loaded groups, memories, policy with
-    its explanation, model profile, queue depth and runs."""
+    """One session: its history with tool calls and results, loaded groups and skills, memories,
+    policy with its explanation, model profile, queue depth and runs."""
     store = bridge.store
+    loaded = await store.loaded(row.id)
     history = await store.history(row.id, limit)
     place = Place.of(row.key, row.surface)
     decision = bridge.gate.decide_for(row.key, row.surface, row)
@@ -69,7 +70,8 @@ async def session_detail(bridge: Bridge, row: SessionRow, limit: int) -> dict[st
     return {
         "session": session_json(row),
         "history": [dataclasses.asdict(message) for message in history],
-        "loaded_groups": sorted(bridge.registry.known_groups(await store.loaded_groups(row.id))),
+        "loaded_groups": sorted(bridge.registry.known_groups(loaded.groups)),
+        "loaded_skills": sorted(bridge.settings.skills.catalog.known(loaded.skills)),
         "memories": await store.memories(row.key, bridge.settings.agent.memory_limit),
         "policy": {
             "action": decision.action,

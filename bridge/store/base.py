@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -169,8 +169,18 @@ class NewSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class Loaded:
+    """What a session's history loaded for the rest of it: tool groups and skills, by the names the
+    calls gave (the registry and the skill catalog drop those no longer configured)."""
+
+    groups: frozenset[str] = frozenset()
+    skills: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class RunContext:
-    """What a run starts from, read in one snapshot: the history window, loaded groups, memories."""
+    """What a run starts from, read in one snapshot: the history window, loaded groups and skills,
+    memories."""
 
     rows: list[MessageRow]
     loaded_groups: set[str]
@@ -179,6 +189,7 @@ class RunContext:
     answered_upto: int = 0
     # The newest summary of older turns; `rows` then hold only the turns after it.
     summary: SummaryRow | None = None
+    loaded_skills: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +274,12 @@ class Store(Protocol):
 
     async def count_messages(self, session_id: str) -> int: ...
     async def search_messages(self, session_id: str, query: str, limit: int) -> list[MessageRow]: ...
+    async def loaded(self, session_id: str) -> Loaded:
+        """Groups and skills loaded anywhere in the session's history, in one query."""
+        ...
+
     async def loaded_groups(self, session_id: str) -> set[str]: ...
+    async def loaded_skills(self, session_id: str) -> set[str]: ...
     async def run_context(
         self, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
     ) -> RunContext: ...

@@ -6,10 +6,10 @@ import json
 import time
 from typing import Any
 
-from bridge.store.base import MessageRow, ToolExchange
+from bridge.store.base import Loaded, MessageRow, ToolExchange
 from bridge.store.engine import Conn, T, Work, inserted_id
 from bridge.store.sessions import SessionTable
-from bridge.store.window import group_loaded
+from bridge.store.window import LOAD_SKILL, LOAD_TOOL_GROUP, loaded_by
 from bridge.text import scrub
 
 _MESSAGE_COLS = (
@@ -111,9 +111,15 @@ class MessageTable(SessionTable):
         )
         return [MessageRow(*row) for row in rows]
 
+    async def loaded(self, session_id: str) -> Loaded:
+        """Groups and skills loaded anywhere in the session's history: one query on a partial index."""
+        return await self._read(lambda conn: select_loaded(conn, session_id), quick=True)
+
     async def loaded_groups(self, session_id: str) -> set[str]:
-        """Groups loaded anywhere in the session's history: one query on a partial index."""
-        return await self._read(lambda conn: select_loaded_groups(conn, session_id), quick=True)
+        return set((await self.loaded(session_id)).groups)
+
+    async def loaded_skills(self, session_id: str) -> set[str]:
+        return set((await self.loaded(session_id)).skills)
 
     # ---------------------------------------------------------------- memories
 
@@ -194,20 +200,23 @@ def select_history(
     return [MessageRow(*row) for row in reversed(rows)]
 
 
-# Matches the partial index messages_group_loads exactly, so only the session's loads are read.
-LOADED_GROUPS_SQL = (
-    "SELECT DISTINCT tool_input FROM messages "
-    "WHERE session_id = ? AND kind = 'tool_call' AND tool_name = 'load_tool_group' "
+# Matches the partial index messages_loads exactly, so only the session's loads are read.
+LOADS_SQL = (
+    "SELECT DISTINCT tool_name, tool_input FROM messages "
+    f"WHERE session_id = ? AND kind = 'tool_call' AND tool_name IN ('{LOAD_TOOL_GROUP}', '{LOAD_SKILL}') "
     "AND tool_status = 'success'"
 )
 
 
-def select_loaded_groups(conn: Conn, session_id: str) -> set[str]:
+def select_loaded(conn: Conn, session_id: str) -> Loaded:
     """One query on the partial index of successful loads; the JSON is read here rather than in SQL,
     so both backends share the query (and a malformed input is skipped the same way on each)."""
-    rows = conn.execute(LOADED_GROUPS_SQL, (session_id,)).fetchall()
-    loaded = (group_loaded("tool_call", "load_tool_group", "success", raw) for (raw,) in rows)
-    return {name for name in loaded if name}
+    rows = conn.execute(LOADS_SQL, (session_id,)).fetchall()
+    loads = [(tool, name) for tool, raw in rows if (name := loaded_by("tool_call", tool, "success", raw))]
+    return Loaded(
+        frozenset(name for tool, name in loads if tool == LOAD_TOOL_GROUP),
+        frozenset(name for tool, name in loads if tool == LOAD_SKILL),
+    )
 
 
 def select_memories(conn: Conn, scope: str, limit: int) -> list[str]:

@@ -280,6 +280,14 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE UNIQUE INDEX hook_events_once ON hook_events (hook, event_key) WHERE event_key IS NOT NULL;
     CREATE INDEX hook_events_open ON hook_events (id) WHERE state IN ('pending', 'running');
     """,
+    # 11: loaded skills are restored from history as loaded groups are, by the same one query: the
+    # partial index of successful loads covers load_skill calls too.
+    """
+    DROP INDEX messages_group_loads;
+    CREATE INDEX messages_loads ON messages (session_id)
+        WHERE kind = 'tool_call' AND tool_name IN ('load_tool_group', 'load_skill')
+        AND tool_status = 'success';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -24,7 +24,7 @@ from bridge.store.messages import (
     MessageTable,
     insert_message,
     select_history,
-    select_loaded_groups,
+    select_loaded,
     select_memories,
     select_since,
 )
@@ -359,12 +359,14 @@ def _read_context(
     else:
         # A first read, or one after a compaction: the whole window, and how far the session goes.
         newest = conn.execute("SELECT MAX(id) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+        loaded = select_loaded(conn, session_id)
         window = Window(
             tuple(select_history(conn, session_id, history_limit, False, after=after)),
             int(newest[0] or 0),
-            frozenset(select_loaded_groups(conn, session_id)),
+            loaded.groups,
             summary_id,
             history_limit,
+            loaded.skills,
         )
     context = RunContext(
         list(window.rows),
@@ -372,6 +374,7 @@ def _read_context(
         select_memories(conn, memory_scope, memory_limit) if memory_limit else [],
         _answered_upto(conn, session_id),
         summary,
+        set(window.loaded_skills),
     )
     return context, window
 

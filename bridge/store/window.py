@@ -23,6 +23,7 @@ class Window:
     loaded_groups: frozenset[str]
     summary_id: int | None
     limit: int
+    loaded_skills: frozenset[str] = frozenset()
 
 
 class Windows:
@@ -58,17 +59,25 @@ def in_turns_after(row: MessageRow, after: int) -> bool:
     return row.id > after and turn > after
 
 
-def group_loaded(
+# The calls that load something for the rest of a session, and the argument naming what they load.
+LOAD_TOOL_GROUP = "load_tool_group"
+LOAD_SKILL = "load_skill"
+LOADERS = {LOAD_TOOL_GROUP: "group_name", LOAD_SKILL: "name"}
+
+
+def loaded_by(
     kind: str, tool_name: str | None, tool_status: str | None, tool_input: str | None
 ) -> str | None:
-    """The group a successful load_tool_group call loaded, or None (any other row, a malformed input)."""
-    if kind != "tool_call" or tool_name != "load_tool_group" or tool_status != "success" or not tool_input:
+    """The group or skill a successful load_tool_group or load_skill call loaded, or None (any other
+    row, a malformed input)."""
+    argument = LOADERS.get(tool_name or "")
+    if kind != "tool_call" or argument is None or tool_status != "success" or not tool_input:
         return None
     try:
-        name = json.loads(tool_input).get("group_name")
+        name = json.loads(tool_input).get(argument)
     except (ValueError, AttributeError):
         return None
-    # Objects, arrays, numbers and empty names are not groups.
+    # Objects, arrays, numbers and empty names are not groups or skills.
     return name if isinstance(name, str) and name else None
 
 
@@ -77,7 +86,16 @@ def topped_up(window: Window, new: list[MessageRow], after: int) -> Window:
     if not new:
         return window
     rows = [row for row in (*window.rows, *new) if in_turns_after(row, after)][-window.limit :]
-    groups = {
-        g for row in new if (g := group_loaded(row.kind, row.tool_name, row.tool_status, row.tool_input))
-    }
-    return Window(tuple(rows), new[-1].id, window.loaded_groups | groups, window.summary_id, window.limit)
+    loads = [
+        (row.tool_name, name)
+        for row in new
+        if (name := loaded_by(row.kind, row.tool_name, row.tool_status, row.tool_input))
+    ]
+    return Window(
+        tuple(rows),
+        new[-1].id,
+        window.loaded_groups | {name for tool, name in loads if tool == LOAD_TOOL_GROUP},
+        window.summary_id,
+        window.limit,
+        window.loaded_skills | {name for tool, name in loads if tool == LOAD_SKILL},
+    )

@@ -81,6 +81,7 @@ async def test_a_session_shows_its_history_with_tool_calls_groups_policy_and_run
     assert [m["kind"] for m in history] == ["user", "tool_call", "tool_result", "assistant"]
     assert history[1]["tool_name"] == "load_tool_group"
     assert one["loaded_groups"] == ["sessions"]
+    assert one["loaded_skills"] == []
     assert one["policy"]["action"] == "allow" and one["policy"]["override"] is None
     assert any(line.startswith("decision: allow") for line in one["policy"]["explain"])
     assert one["model_profile"] == "default" and one["queue_depth"] == 0 and one["running"] is False

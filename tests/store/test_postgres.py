@@ -14,7 +14,7 @@ from bridge.errors import StoreError
 from bridge.store import postgres as postgres_module
 from bridge.store.base import OutboxItem, ToolExchange
 from bridge.store.claims import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
-from bridge.store.messages import LOADED_GROUPS_SQL
+from bridge.store.messages import LOADS_SQL
 from bridge.store.migrations import MIGRATIONS
 from bridge.store.pg_migrations import PG_MIGRATIONS
 from bridge.store.postgres import PostgresStore
@@ -142,7 +142,7 @@ async def test_concurrent_writes_that_collide_are_retried_not_lost(
     assert await second.loaded_groups(session.id) == {f"g{n}" for n in range(40)}
 
 
-async def test_loaded_groups_are_one_query_on_the_group_loads_index(url: str) -> None:
+async def test_loaded_groups_and_skills_are_one_query_on_the_loads_index(url: str) -> None:
     store = PostgresStore(url)
     await store.open()
     try:
@@ -153,14 +153,20 @@ async def test_loaded_groups_are_one_query_on_the_group_loads_index(url: str) ->
             "r1",
             ToolExchange("c1", "load_tool_group", dumps({"group_name": "web"}), "ok", "success", 0),
         )
+        await store.add_tool_exchange(
+            session.id, "r1", ToolExchange("c2", "load_skill", dumps({"name": "pdf"}), "ok", "success", 0)
+        )
+        loaded = await store.loaded(session.id)
     finally:
         await store.close()
+    assert (loaded.groups, loaded.skills) == ({"web"}, {"pdf"})
     with psycopg.connect(url, autocommit=True) as conn:
         # A tiny table is scanned whatever its indexes; the planner is asked to use one if it can.
         conn.execute(b"SET enable_seqscan = off")
-        explain = postgres_module._translate("EXPLAIN " + LOADED_GROUPS_SQL)
+        explain = postgres_module._translate("EXPLAIN " + LOADS_SQL)
         plan = "\n".join(row[0] for row in conn.execute(explain, ("x",)))
-    assert "messages_group_loads" in plan, plan
+    assert "messages_loads" in plan, plan
+    assert "Seq Scan" not in plan, plan
 
 
 async def test_a_restarted_server_is_reconnected_to_without_an_error() -> None:

@@ -412,6 +412,57 @@ async def test_groups_loaded_in_another_session_are_not_included(
     assert await store.loaded_groups(other.id) == {"files"}
 
 
+async def load_skill(
+    store: DatabaseStore, session: SessionRow, name: Any, *, status: str = "success"
+) -> None:
+    """Record a load_skill call in the session's history, as the runner does."""
+    call_id = f"c{await store.count_messages(session.id)}"
+    await store.add_tool_exchange(
+        session.id, "r1", exchange(call_id, {"name": name}, tool_name="load_skill", status=status)
+    )
+
+
+async def test_loaded_skills_are_restored_apart_from_groups_by_one_read(
+    store: DatabaseStore, session: SessionRow
+) -> None:
+    await load(store, session, "web")
+    await load_skill(store, session, "pdf-forms")
+    await load_skill(store, session, "pdf-forms")
+    await load_skill(store, session, "broken", status="error")
+    await load_skill(store, session, 7)
+    # A group's argument on a skill call (and the other way round) loads nothing.
+    await store.add_tool_exchange(
+        session.id, "r1", exchange("x1", {"group_name": "files"}, tool_name="load_skill")
+    )
+    await load(store, session, None)
+    loaded = await store.loaded(session.id)
+    assert (loaded.groups, loaded.skills) == ({"web"}, {"pdf-forms"})
+    assert await store.loaded_groups(session.id) == {"web"}
+    assert await store.loaded_skills(session.id) == {"pdf-forms"}
+
+
+async def test_a_run_context_carries_the_skills_loaded_in_earlier_turns(
+    store: DatabaseStore, session: SessionRow
+) -> None:
+    await load_skill(store, session, "writing")
+    first = await store.run_context(session.id, "main", 10, 0)
+    assert first.loaded_skills == {"writing"}
+    # A later turn: the kept window (SQLite) is topped up with the new load, and reads it too.
+    await load_skill(store, session, "pdf-forms")
+    await load(store, session, "web")
+    later = await store.run_context(session.id, "main", 10, 0)
+    assert (later.loaded_groups, later.loaded_skills) == ({"web"}, {"writing", "pdf-forms"})
+
+
+async def test_skills_do_not_carry_over_to_a_new_session_of_the_same_key(
+    store: DatabaseStore, session: SessionRow
+) -> None:
+    await load_skill(store, session, "writing")
+    fresh = await store.start_new_session("main")
+    assert await store.loaded_skills(fresh.id) == set()
+    assert (await store.run_context(fresh.id, "main", 10, 0)).loaded_skills == set()
+
+
 async def test_groups_do_not_carry_over_to_a_new_session_of_the_same_key(
     store: DatabaseStore, session: SessionRow
 ) -> None:
@@ -422,24 +473,26 @@ async def test_groups_do_not_carry_over_to_a_new_session_of_the_same_key(
 
 
 @pytest.mark.sqlite_only
-async def test_loaded_groups_is_one_query_on_the_group_loads_index(
+async def test_loaded_groups_and_skills_are_one_query_on_the_loads_index(
     store: DatabaseStore, session: SessionRow
 ) -> None:
     for i in range(20):
         await store.add_user_message(session.id, f"filler {i}")
     await load(store, session, "web")
+    await load_skill(store, session, "pdf-forms")
 
     statements: list[str] = []
     # A quick read, made on the loop's connection: the callback goes there.
     await on_writer(store, lambda conn: conn.set_trace_callback(statements.append))
     try:
-        assert await store.loaded_groups(session.id) == {"web"}
+        loaded = await store.loaded(session.id)
     finally:
         await on_writer(store, lambda conn: conn.set_trace_callback(None))
 
+    assert (loaded.groups, loaded.skills) == ({"web"}, {"pdf-forms"})
     assert len(statements) == 1
     plan = " | ".join(row[3] for row in await store._rows("EXPLAIN QUERY PLAN " + statements[0]))
-    assert "USING INDEX messages_group_loads" in plan, plan
+    assert "USING INDEX messages_loads" in plan, plan
     assert "SCAN messages" not in plan, plan
 
 

@@ -17,16 +17,25 @@ LIMIT = 40
 
 
 def exchange(n: int, rng: random.Random) -> ToolExchange:
+    status = rng.choice(["success", "success", "error"])
     if rng.random() < 0.3:
         group = rng.choice(["mail", "drive", "calendar"])
-        status = rng.choice(["success", "success", "error"])
         return ToolExchange(f"c{n}", "load_tool_group", dumps({"group_name": group}), "ok", status, 0)
+    if rng.random() < 0.2:
+        skill = rng.choice(["pdf-forms", "writing"])
+        return ToolExchange(f"c{n}", "load_skill", dumps({"name": skill}), "ok", status, 0)
     return ToolExchange(f"c{n}", "get_current_time", "{}", "12:00", "success", 0)
 
 
 async def whole_read(store: DatabaseStore, session_id: str) -> tuple[object, ...]:
     context, _ = await store._read(lambda conn: _read_context(conn, session_id, "", LIMIT, 0), snapshot=True)
-    return (context.rows, context.loaded_groups, context.answered_upto, context.summary)
+    return (
+        context.rows,
+        context.loaded_groups,
+        context.loaded_skills,
+        context.answered_upto,
+        context.summary,
+    )
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -81,9 +90,13 @@ async def test_a_kept_window_equals_a_whole_read_after_every_turn_summary_and_in
                     )
             # What the next run starts from: the kept window, topped up, against a whole read.
             kept = await store.run_context(session.id, "", LIMIT, 0)
-            assert (kept.rows, kept.loaded_groups, kept.answered_upto, kept.summary) == await whole_read(
-                store, session.id
-            ), step
+            assert (
+                kept.rows,
+                kept.loaded_groups,
+                kept.loaded_skills,
+                kept.answered_upto,
+                kept.summary,
+            ) == await whole_read(store, session.id), step
     finally:
         await store.close()
 

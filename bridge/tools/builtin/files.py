@@ -1,4 +1,5 @@
-"""The `files` tool group: read, write and list files confined to the bot's workspace folder."""
+"""The `files` tool group: read, write and list files confined to the bot's workspace folder (and
+read and list the files of skills, under .skills/<name>/)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import codecs
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from pydantic import Field
 
 from bridge.errors import OutsideWorkspaceError
+from bridge.skills import FILES_PREFIX
 from bridge.tools.arguments import Arguments, NonNegative, PathText, Positive, typed_tool
 from bridge.tools.base import ToolContext, ToolGroup, ToolResult
 
@@ -48,9 +51,57 @@ def _workspace(ctx: ToolContext) -> Path:
     return root.resolve()
 
 
-def _display(root: Path, path: Path) -> str:
-    """The workspace-relative form the model can pass back to another call."""
-    return path.relative_to(root).as_posix()
+def _display(root: Path, path: Path, prefix: str = "") -> str:
+    """The workspace-relative form the model can pass back to another call (`prefix`: how the model
+    names `root` when it is not the workspace, e.g. .skills/<name>)."""
+    rel = path.relative_to(root).as_posix()
+    if not prefix:
+        return rel
+    return prefix if rel == "." else f"{prefix}/{rel}"
+
+
+def skill_path(user_path: str) -> tuple[str, str] | None:
+    """(skill name, path inside its folder) for a path under .skills/, None for a workspace path.
+    The name is "" for .skills itself."""
+    parts = PurePosixPath(user_path).parts
+    if not parts or parts[0] != FILES_PREFIX:
+        return None
+    return (parts[1] if len(parts) > 1 else "", "/".join(parts[2:]) or ".")
+
+
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """Where a path leads: the folder it is confined to, the real path inside it, and how the model
+    names that folder ("" for the workspace)."""
+
+    root: Path
+    target: Path
+    prefix: str = ""
+
+
+def _place(ctx: ToolContext, user_path: str) -> _Place | ToolResult:
+    """The workspace path, or the skill file, that `user_path` names; OutsideWorkspaceError if it
+    escapes its folder, a not_found result for a skill that is not configured."""
+    found = skill_path(user_path)
+    if found is None:
+        root = _workspace(ctx)
+        return _Place(root, resolve_in_workspace(root, user_path))
+    name, inner = found
+    if not name:
+        return ToolResult.error(
+            "is_directory", f"'{FILES_PREFIX}' holds the skills; use list_files to see them."
+        )
+    catalog = ctx.settings.skills.catalog
+    skill = catalog.get(name)
+    if skill is None:
+        available = ", ".join(catalog.names()) or "(none)"
+        return ToolResult.error("not_found", f"There is no skill named '{name}'. Skills: {available}")
+    try:
+        # The skill's folder, not the workspace, is the root: links out of it are refused the same way.
+        target = resolve_in_workspace(skill.folder, inner)
+    except OutsideWorkspaceError:
+        raise OutsideWorkspaceError(f"'{user_path}' is outside the folder of skill '{skill.name}'.") from None
+    return _Place(skill.folder, target, f"{FILES_PREFIX}/{skill.name}")
 
 
 def _guarded(handler: Handler[A]) -> Handler[A]:
@@ -79,8 +130,10 @@ def _guarded(handler: Handler[A]) -> Handler[A]:
 # --- read_file ---------------------------------------------------------------------------------
 
 
-def _read(root: Path, target: Path, offset: int, limit: int | None, max_bytes: int) -> ToolResult:
-    rel = _display(root, target)
+def _read(
+    root: Path, target: Path, offset: int, limit: int | None, max_bytes: int, prefix: str = ""
+) -> ToolResult:
+    rel = _display(root, target, prefix)
     if not target.exists():
         return ToolResult.error("not_found", f"No such file: '{rel}'.")
     if target.is_dir():
@@ -123,10 +176,13 @@ class ReadFileArgs(Arguments):
 
 @_guarded
 async def _read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
-    root = _workspace(ctx)
-    target = resolve_in_workspace(root, args.path)
+    place = _place(ctx, args.path)
+    if isinstance(place, ToolResult):
+        return place
     max_bytes = ctx.settings.tools.file_max_bytes
-    return await asyncio.to_thread(_read, root, target, args.offset, args.limit, max_bytes)
+    return await asyncio.to_thread(
+        _read, place.root, place.target, args.offset, args.limit, max_bytes, place.prefix
+    )
 
 
 read_file = typed_tool(
@@ -171,6 +227,11 @@ async def _write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
         return ToolResult.error(
             "too_large", f"Content is {len(data)} bytes; the limit is {max_bytes} bytes (file_max_bytes)."
         )
+    if skill_path(args.path) is not None:
+        return ToolResult.error(
+            "read_only",
+            f"Files under {FILES_PREFIX}/ belong to skills and cannot be written; write in the workspace.",
+        )
     root = _workspace(ctx)
     target = resolve_in_workspace(root, args.path)
     return await asyncio.to_thread(_write, root, target, data, args.append)
@@ -188,8 +249,8 @@ write_file = typed_tool(
 # --- list_files --------------------------------------------------------------------------------
 
 
-def _entry(root: Path, entry: os.DirEntry[str]) -> dict[str, Any]:
-    rel = _display(root, Path(entry.path))
+def _entry(root: Path, entry: os.DirEntry[str], prefix: str = "") -> dict[str, Any]:
+    rel = _display(root, Path(entry.path), prefix)
     # Links are reported, not followed: following them could leak the size of files outside the
     # workspace and loop forever on a link to an ancestor. read_file still works through a link
     # that stays inside.
@@ -200,8 +261,8 @@ def _entry(root: Path, entry: os.DirEntry[str]) -> dict[str, Any]:
     return {"path": rel, "type": "file", "size": entry.stat(follow_symlinks=False).st_size}
 
 
-def _list(root: Path, folder: Path, recursive: bool, cap: int) -> ToolResult:
-    rel = _display(root, folder)
+def _list(root: Path, folder: Path, recursive: bool, cap: int, prefix: str = "") -> ToolResult:
+    rel = _display(root, folder, prefix)
     if not folder.exists():
         return ToolResult.error("not_found", f"No such folder: '{rel}'.")
     if not folder.is_dir():
@@ -220,7 +281,7 @@ def _list(root: Path, folder: Path, recursive: bool, cap: int) -> ToolResult:
             if len(entries) >= cap:
                 truncated = True
                 break
-            item = _entry(root, child)
+            item = _entry(root, child, prefix)
             entries.append(item)
             if recursive and item["type"] == "dir":
                 pending.append(Path(child.path))
@@ -240,9 +301,19 @@ class ListFilesArgs(Arguments):
 
 @_guarded
 async def _list_files(args: ListFilesArgs, ctx: ToolContext) -> ToolResult:
-    root = _workspace(ctx)
-    folder = resolve_in_workspace(root, args.path)
-    return await asyncio.to_thread(_list, root, folder, args.recursive, MAX_LIST_ENTRIES)
+    found = skill_path(args.path)
+    if found is not None and not found[0]:
+        # .skills itself: a folder of each configured skill.
+        entries = [
+            {"path": f"{FILES_PREFIX}/{name}", "type": "dir"} for name in ctx.settings.skills.catalog.names()
+        ]
+        return ToolResult.success({"path": FILES_PREFIX, "entries": entries})
+    place = _place(ctx, args.path)
+    if isinstance(place, ToolResult):
+        return place
+    return await asyncio.to_thread(
+        _list, place.root, place.target, args.recursive, MAX_LIST_ENTRIES, place.prefix
+    )
 
 
 list_files = typed_tool(
