@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import json
+import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import bpe_openai
@@ -26,6 +28,11 @@ TOKENIZER_PACKAGE = "bpe-openai"
 TARGET_PERCENT = 10.0
 ONE_GROUP = ("mail",)
 THREE_GROUPS = ("mail", "calendar", "drive")
+# The MCP scenario: one real stdio server (the tests' server) with this many tools.
+MCP_TOOLS = 40
+MCP_SERVER = "records"
+# Where `python -m tests.fakes.mcp_server` runs from.
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def session() -> SessionRow:
@@ -89,6 +96,53 @@ def scenarios(settings: Settings, registry: ToolRegistry, enc: Encoding) -> list
     return rows
 
 
+async def mcp_scenarios(enc: Encoding) -> list[dict[str, Any]]:
+    """A configured MCP server of 40 tools: the first request before it is loaded (listed from config,
+    nothing started), after loading it, and with all of its schemas sent on every request as peers do."""
+    server = {
+        "name": MCP_SERVER,
+        "description": "A records service: look up, search, create and update records.",
+        "command": sys.executable,
+        "args": ["-m", "tests.fakes.mcp_server", "--tools", str(MCP_TOOLS), "--bare"],
+        "cwd": str(ROOT),
+    }
+    settings = Settings(mcp={"servers": [server]})
+    registry = build_registry(settings)
+    row = session()
+    group = registry.group(MCP_SERVER)
+    assert group is not None and group.source is not None
+    try:
+        listed = measure(
+            enc,
+            "(m1) server configured, not loaded",
+            build_system_prompt(settings, registry, row, set(), memories=[]),
+            registry.active_tools(()),
+        )
+        tools = await registry.load(group)
+        loaded = {MCP_SERVER}
+        after = measure(
+            enc,
+            "(m2) after load_tool_group",
+            build_system_prompt(settings, registry, row, loaded, memories=[]),
+            registry.active_tools(loaded),
+        )
+        # Every schema on every request and no listing: a registry with the server's tools as core.
+        bare = ToolRegistry()
+        bare.add_core(*registry.core_tools(), *tools)
+        eager = measure(
+            enc,
+            "(m3) all its schemas always (peers)",
+            build_system_prompt(settings, bare, row, set(), memories=[]),
+            bare.active_tools(()),
+        )
+    finally:
+        await registry.aclose()
+    rows = [eager, listed, after]
+    for item in rows:
+        item["percent_of_all"] = round(100 * item["total_tokens"] / eager["total_tokens"], 2)
+    return rows
+
+
 async def run(smoke: bool = False) -> dict[str, Any]:
     settings = Settings()
     catalogue = catalogue_groups()
@@ -113,6 +167,11 @@ async def run(smoke: bool = False) -> dict[str, Any]:
     print(table(title, headers, cells))
     print(f"target (b) <= {TARGET_PERCENT:g}% of (a): {'met' if met else 'NOT met'} ({listed}%)")
 
+    mcp_rows = await mcp_scenarios(enc)
+    title = f"An MCP server of {MCP_TOOLS} tools: first request, system prompt + tool schemas"
+    cells = [[*(r[k] for k in keys), f"{r['percent_of_all']:.1f}%"] for r in mcp_rows]
+    print(table(title, [*headers[:-1], "% of (m3)"], cells))
+
     result = {
         "tokenizer": {"package": TOKENIZER_PACKAGE, "version": version, "encoding": ENCODING},
         "catalogue": {"tools": catalogue_tools, "groups": len(catalogue)},
@@ -122,6 +181,7 @@ async def run(smoke: bool = False) -> dict[str, Any]:
             "groups": len(registry.groups()),
         },
         "scenarios": rows,
+        "mcp": {"server_tools": MCP_TOOLS, "scenarios": mcp_rows},
         "target": {"max_percent": TARGET_PERCENT, "actual_percent": listed, "met": met},
     }
     path = write_results("schema_tokens", result, smoke=smoke)

@@ -318,6 +318,8 @@ class Bridge:
         await self.lanes.close()
         await self.compactor.close()
         await self.delivery.close()
+        # After the runs: MCP servers' connections close, and every stdio server's process ends.
+        await self.registry.aclose()
         if self.share is not None:
             await self.share.stop()
         await self.profiles.aclose()

@@ -134,10 +134,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--config", type=Path, help=config_help)
 
-    from bridge import cli_pair, cli_tasks
+    from bridge import cli_mcp, cli_pair, cli_tasks
 
-    cli_pair.add_parser(sub, config_help)
-    cli_tasks.add_parser(sub, config_help)
+    for module in (cli_pair, cli_tasks, cli_mcp):
+        module.add_parser(sub, config_help)
 
     local = sub.add_parser(
         "local-model", help="a small model on this machine, no key needed (llama.cpp and Qwen from PyPI)"
@@ -181,10 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(cli_store.backup_database(settings, args.path))
     if args.command == "policy":
         return asyncio.run(explain_policy(settings, args.session_key, args.surface))
-    if args.command in ("pair", "tasks"):
-        from bridge import cli_pair, cli_tasks
+    if args.command in ("pair", "tasks", "mcp"):
+        from bridge import cli_mcp, cli_pair, cli_tasks
 
-        return asyncio.run((cli_pair.run if args.command == "pair" else cli_tasks.run)(settings, args))
+        command = {"pair": cli_pair.run, "tasks": cli_tasks.run, "mcp": cli_mcp.run}[args.command]
+        return asyncio.run(command(settings, args))
     if args.command == "admin":
         return show_admin(settings)
     if args.command == "health":

@@ -21,6 +21,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bridge.config_base import Section as _Section
+from bridge.config_mcp import McpSettings
+from bridge.config_skills import SkillsSettings
 from bridge.config_tasks import HookSettings, TasksSettings, check_hooks
 
 _OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
@@ -521,6 +523,10 @@ class Settings(BaseSettings):
     tasks: TasksSettings = Field(default_factory=TasksSettings)
     # [[hooks]]: webhooks, POST /hooks/<name> (see bridge.config_tasks.HookSettings).
     hooks: list[HookSettings] = Field(default_factory=list)
+    # [skills] paths: folders of SKILL.md instructions (see bridge.config_skills, bridge.skills).
+    skills: SkillsSettings = Field(default_factory=SkillsSettings)
+    # [mcp] and [[mcp.servers]]: MCP servers as tool groups (see bridge.config_mcp).
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
     @field_validator("log_level", "log_level_libraries", mode="before")
     @classmethod

@@ -13,6 +13,7 @@
     │   ├── AdapterStartError        an adapter could not start: bad token, unreachable API
     │   └── AdapterLifecycleError    an adapter used out of order: started twice, sent to after stop
     ├── ToolError                    a tool could not do what was asked; the model gets it as a result
+    │   ├── ToolSourceError          an MCP server could not be reached or broke (bridge.mcp.connection)
     │   ├── OutsideWorkspaceError    a file path that leaves the workspace (bridge.tools.builtin.files)
     │   └── BlockedAddressError      a fetch aimed at a private or loopback address (…builtin.web)
     └── PairingLimited               too many wrong pairing codes from one approver lately (…gateway.pairing)
@@ -123,6 +124,10 @@ class AdapterLifecycleError(PlatformError):
 
 class ToolError(BridgeError):
     """A tool could not do what was asked; it reaches the model as an error result, never the loop."""
+
+
+class ToolSourceError(ToolError):
+    """A lazily loaded group's tools could not be listed or called: its MCP server is down or broke."""
 
 
 class OutsideWorkspaceError(ToolError):

@@ -58,10 +58,13 @@ def secret_values(model: BaseModel) -> Iterator[str]:
             yield from secret_values(value)
             continue
         elif isinstance(value, dict | list):
-            # Tables of sections ([llm.profiles.NAME]) and arrays of them ([[hooks]]).
+            # Tables of sections ([llm.profiles.NAME]), arrays of them ([[hooks]]) and tables of
+            # secrets (an MCP server's env and headers).
             for item in value.values() if isinstance(value, dict) else value:
                 if isinstance(item, BaseModel):
                     yield from secret_values(item)
+                elif isinstance(item, SecretStr) and len(item.get_secret_value()) >= MIN_SECRET_LEN:
+                    yield item.get_secret_value()
             continue
         else:
             continue

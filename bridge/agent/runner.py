@@ -48,6 +48,7 @@ class RunResult:
     reply: str
     iterations: int = 0
     loaded_groups: set[str] = field(default_factory=set)
+    loaded_skills: set[str] = field(default_factory=set)
     # Why a run was cut short (runs.error), when its reply is the model's last answer rather than that.
     stop_reason: str | None = None
     # The reply's delivery rows, queued with the answer; for the caller to hand to the courier.
@@ -128,6 +129,8 @@ class AgentRunner:
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
         loaded = self.registry.known_groups(context.loaded_groups if self.restore_groups else ())
+        # Loaded skills come back the same way; those no longer configured are dropped.
+        skills = self.settings.skills.catalog.known(context.loaded_skills if self.restore_groups else ())
         ctx = ToolContext(
             settings=self.settings,
             store=self.store,
@@ -138,6 +141,7 @@ class AgentRunner:
             channel=channel,
             messenger=self.messenger,
             tasks=self.tasks,
+            loaded_skills=skills,
         )
         summary = context.summary.content if context.summary else None
         replay = build_messages(rows, agent.max_tool_result_chars)
@@ -174,6 +178,7 @@ class AgentRunner:
             log.exception("run %s failed", run_id)
             result = self._failed(state, exc)
         result.loaded_groups = set(ctx.loaded_groups)
+        result.loaded_skills = set(ctx.loaded_skills)
         result.over_budget = over_budget
         return await asyncio.shield(self._conclude(state, result, ctx.session.id, reply))
 
@@ -213,10 +218,19 @@ class AgentRunner:
     async def _loop(self, ctx: ToolContext, state: _RunState, observer: RunObserver) -> RunResult:
         agent = self.settings.agent
         guard = LoopGuard(agent.loops)
+        # An MCP server's group restored after a restart is listed once in this process, here, so its
+        # tools are offered; within the run's time limit.
+        await self.registry.prepare(ctx.loaded_groups)
         for iteration in range(1, agent.max_iterations + 1):
             state.iterations = iteration
             system = build_system_prompt(
-                self.settings, self.registry, ctx.session, ctx.loaded_groups, state.memories, state.summary
+                self.settings,
+                self.registry,
+                ctx.session,
+                ctx.loaded_groups,
+                state.memories,
+                state.summary,
+                ctx.loaded_skills,
             )
             tools = self.registry.active_tools(ctx.loaded_groups)
             completion = await self._complete(

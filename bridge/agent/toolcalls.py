@@ -135,19 +135,21 @@ class ToolCaller:
             async with asyncio.timeout(timeout):
                 return await tool.run(checked, ctx)
         except TimeoutError:
-            return ToolResult.error("timeout", f"{tool.name} did not finish within {timeout:g} s.")
+            on = f" on {tool.origin}" if tool.origin else ""
+            return ToolResult.error("timeout", f"{tool.name}{on} did not finish within {timeout:g} s.")
         except Exception as exc:  # a tool bug must not break the run or the session
             log.exception("tool %s failed", tool.name)
-            return ToolResult.error("tool_failed", f"{tool.name} failed: {type(exc).__name__}: {exc}")
+            on = f" on {tool.origin}" if tool.origin else ""
+            return ToolResult.error("tool_failed", f"{tool.name}{on} failed: {type(exc).__name__}: {exc}")
 
     def unavailable(self, name: str, active: dict[str, Tool]) -> ToolResult:
         called = self.registry.group(name)
         if called is not None:
-            tools = ", ".join(t.name for t in called.tools)
+            tools = ", ".join(t.name for t in self.registry.tools_of(called))
             return ToolResult.error(
                 "not_loaded",
                 f"'{name}' is a tool group, not a tool. Call load_tool_group with group_name='{name}', "
-                f"then call one of its tools: {tools}.",
+                + (f"then call one of its tools: {tools}." if tools else "then call one of its tools."),
             )
         group = self.registry.group_of(name)
         if group is not None:

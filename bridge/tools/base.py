@@ -53,7 +53,7 @@ AGENT_CHANNEL = "agent"
 
 @dataclass(slots=True)
 class ToolContext:
-    """Everything a tool may touch during one run; the run's loaded groups live here."""
+    """Everything a tool may touch during one run; the run's loaded groups and skills live here."""
 
     settings: Settings
     store: Store
@@ -66,6 +66,9 @@ class ToolContext:
     messenger: SessionMessenger | None = None
     # Scheduled tasks (the scheduled_tasks group); None where the bot runs no scheduler.
     tasks: TaskService | None = None
+    # Skills loaded in earlier turns (restored from history) and by load_skill in this run: their
+    # instructions are in the system prompt of every later request.
+    loaded_skills: set[str] = field(default_factory=set)
 
 
 # Called with what bridge.tools.arguments.validate_arguments made of the call's JSON arguments: an
@@ -88,6 +91,8 @@ class Tool:
     # None falls back to [tools] default_timeout_s.
     timeout_s: float | None = None
     arguments: type[BaseModel] | None = None
+    # Where the tool runs, when not in Bridge (e.g. "MCP server 'fs'"): named in its timeout errors.
+    origin: str = ""
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Call the tool as the model does: its JSON arguments validated, then `run` with the result.
@@ -110,14 +115,37 @@ class Tool:
         }
 
 
+class ToolSource(Protocol):
+    """Where a lazily loaded group's tools come from (an MCP server): asked only once it is loaded."""
+
+    def listed(self) -> tuple[Tool, ...] | None:
+        """The tools as last listed in this process, without connecting; None if never listed."""
+        ...
+
+    async def load(self) -> tuple[Tool, ...]:
+        """The tools, listed now if need be; ToolSourceError if the source cannot be reached."""
+        ...
+
+    def names(self) -> frozenset[str]:
+        """The names of the tools listed so far (for other sources' collision checks)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolGroup:
-    """Tools sent to the model only after `load_tool_group` loaded them."""
+    """Tools sent to the model only after `load_tool_group` loaded them.
+
+    A group with a `source` (an MCP server) has no tools of its own: they are listed from the source
+    when the group is first loaded, and `tools` stays empty.
+    """
 
     name: str
     description: str
     tools: tuple[Tool, ...]
     display_name: str = ""
+    source: ToolSource | None = None
 
     @property
     def title(self) -> str:

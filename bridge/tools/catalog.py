@@ -6,10 +6,12 @@ from dataclasses import replace
 
 from bridge.config import Settings
 from bridge.errors import ConfigError, ManifestError, RegistryError
+from bridge.mcp.group import PREFIX_SEPARATOR, mcp_group
 from bridge.tools.base import ToolGroup
 from bridge.tools.builtin.core import LOAD_TOOL_GROUP, core_tools
 from bridge.tools.builtin.files import files_group
 from bridge.tools.builtin.sessions import sessions_group
+from bridge.tools.builtin.skills import LOAD_SKILL, load_skill
 from bridge.tools.builtin.tasks import tasks_group
 from bridge.tools.builtin.web import web_group
 from bridge.tools.manifest import load_manifest, manifest_files
@@ -28,14 +30,28 @@ def build_registry(settings: Settings, extra_groups: tuple[ToolGroup, ...] = ())
         raise ConfigError(f"tools.manifests: {exc}") from None
     known = (
         {t.name for t in core_tools()} | {g.name for g in groups} | {t.name for g in groups for t in g.tools}
-    )
-    unknown = sorted(disabled - known)
+    ) | {LOAD_SKILL}
+    servers = [s for s in settings.mcp.servers if not s.disabled]
+    server_names = {s.name for s in servers}
+    known |= server_names
+
+    def mcp_tool(name: str) -> bool:
+        # An MCP server's tools are known only once it is connected, which a config check must not
+        # do: `server__tool` passes for a configured server, a bare name wherever a server could hold it.
+        if PREFIX_SEPARATOR in name:
+            return name.split(PREFIX_SEPARATOR, 1)[0] in server_names
+        return bool(servers)
+
+    unknown = sorted(name for name in disabled - known if not mcp_tool(name))
     if unknown:
         raise ConfigError(f"tools.disabled: unknown tool or group name(s): {', '.join(unknown)}")
 
     registry = ToolRegistry()
     try:
         registry.add_core(*(t for t in core_tools() if t.name not in disabled))
+        # Sent on every turn, but only where there are skills to load: otherwise it costs tokens for nothing.
+        if settings.skills.catalog and LOAD_SKILL not in disabled:
+            registry.add_core(load_skill)
         for group in groups:
             if group.name in disabled:
                 continue
@@ -43,4 +59,13 @@ def build_registry(settings: Settings, extra_groups: tuple[ToolGroup, ...] = ())
             registry.add_group(replace(group, tools=tuple(t for t in group.tools if t.name not in disabled)))
     except RegistryError as exc:
         raise ConfigError(f"tools: {exc}") from None
+    for server in servers:
+        if server.name in disabled:
+            continue
+        if registry.group(server.name) is not None:
+            raise ConfigError(
+                f"mcp.servers: {server.name!r} is already the name of a tool group; name the server otherwise"
+            )
+        group = mcp_group(server, settings.mcp.idle_close_s, frozenset(disabled), registry.taken)
+        registry.add_group(group)
     return registry

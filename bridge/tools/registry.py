@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Iterable
 
-from bridge.errors import RegistryError
+from bridge.errors import RegistryError, ToolSourceError
 from bridge.tools.base import Tool, ToolGroup
 
 LISTING_DESCRIPTION_MAX = 200
@@ -33,6 +35,10 @@ class ToolRegistry:
             raise RegistryError(f"group name {group.name!r} must be lowercase without surrounding spaces")
         if name in self._groups:
             raise RegistryError(f"tool group {name!r} is registered twice")
+        if group.source is not None:
+            # Its tools are known only once listed; their names then give way to these (taken()).
+            self._groups[name] = group
+            return
         seen: set[str] = set()
         for tool in group.tools:
             self._claim(tool.name, f"group {name!r}")
@@ -69,15 +75,41 @@ class ToolRegistry:
         return self.group(name) is not None
 
     def group_of(self, tool_name: str) -> str | None:
-        return self._group_of.get(tool_name)
+        found = self._group_of.get(tool_name)
+        if found is None:
+            found = next((g.name for g, t in self._listed() if t.name == tool_name), None)
+        return found
 
     def get(self, tool_name: str) -> Tool | None:
         if tool_name in self._core:
             return self._core[tool_name]
         group = self._group_of.get(tool_name)
         if group is None:
-            return None
+            return next((t for _, t in self._listed() if t.name == tool_name), None)
         return next(t for t in self._groups[group].tools if t.name == tool_name)
+
+    def tools_of(self, group: ToolGroup) -> tuple[Tool, ...]:
+        """A group's tools: its own, or those its source listed so far (none before it was loaded)."""
+        if group.source is None:
+            return group.tools
+        return group.source.listed() or ()
+
+    def _listed(self) -> Iterable[tuple[ToolGroup, Tool]]:
+        for group in self._groups.values():
+            if group.source is not None:
+                for tool in group.source.listed() or ():
+                    yield group, tool
+
+    def taken(self, tool_name: str, by: str) -> bool:
+        """Whether a tool that source group `by` lists may not go by this name: a core tool, a tool
+        of a built-in or manifest group, a group's name, or a tool another source already listed."""
+        if tool_name in self._core or tool_name in self._group_of or tool_name in self._groups:
+            return True
+        return any(
+            tool_name in g.source.names()
+            for g in self._groups.values()
+            if g.source is not None and g.name != by
+        )
 
     def known_groups(self, names: Iterable[str]) -> set[str]:
         """The names that are registered groups; groups that left the registry are dropped."""
@@ -87,14 +119,42 @@ class ToolRegistry:
         """Core tools, then the tools of each loaded group in registry order, each once."""
         wanted = self.known_groups(loaded)
         tools = list(self._core.values())
+        names = set(self._core)
         for name, group in self._groups.items():
             if name in wanted:
-                tools.extend(group.tools)
+                # A name twice would make the request invalid; taken() keeps this from happening.
+                tools.extend(t for t in self.tools_of(group) if t.name not in names)
+                names.update(t.name for t in self.tools_of(group))
         return tools
+
+    async def load(self, group: ToolGroup) -> tuple[Tool, ...]:
+        """The group's tools for load_tool_group: a source is listed (connected) if need be."""
+        if group.source is None:
+            return group.tools
+        return await group.source.load()
+
+    async def prepare(self, loaded: Iterable[str]) -> None:
+        """List the sources of loaded groups not listed yet in this process (restored from history
+        after a restart), so the run can offer their tools. One that fails is left out of this run's
+        tools; its calls say why, and a later run tries again."""
+        waiting = [
+            g.source
+            for name in self.known_groups(loaded)
+            if (g := self._groups[name]).source is not None and g.source.listed() is None
+        ]
+        if waiting:
+            await asyncio.gather(*(_quietly(source.load()) for source in waiting))
+
+    async def aclose(self) -> None:
+        """Close every source (an MCP server's connection, its process ended)."""
+        await asyncio.gather(
+            *(g.source.aclose() for g in self._groups.values() if g.source is not None),
+            return_exceptions=True,
+        )
 
     def group_listing(self, loaded: Iterable[str] = ()) -> str:
         """The "Available Tool Groups" section of the system prompt."""
-        listed = [g for g in self._groups.values() if g.tools]
+        listed = [g for g in self._groups.values() if g.tools or g.source is not None]
         if not listed:
             return ""
         loaded_set = self.known_groups(loaded)
@@ -110,3 +170,9 @@ class ToolRegistry:
             mark = " (loaded)" if group.name in loaded_set else ""
             lines.append(f"- {group.name}{mark}: {description}")
         return "\n".join(lines)
+
+
+async def _quietly(listing: Awaitable[object]) -> None:
+    # The connection logged why; the run goes on without the group's tools.
+    with contextlib.suppress(ToolSourceError):
+        await listing

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field
 
+from bridge.errors import ToolSourceError
 from bridge.tools.arguments import Arguments, Count, Text, typed_tool
 from bridge.tools.base import Tool, ToolContext, ToolResult
 
@@ -43,18 +44,23 @@ async def _load_tool_group(args: LoadToolGroupArgs, ctx: ToolContext) -> ToolRes
     if group is None:
         available = ", ".join(g.name for g in ctx.registry.groups()) or "(none)"
         return ToolResult.error("not_found", f"Tool group '{name}' not found. Available groups: {available}")
-    if not group.tools:
+    try:
+        # An MCP server's group connects here, the first time it is loaded in this process.
+        tools = await ctx.registry.load(group)
+    except ToolSourceError as exc:
+        return ToolResult.error("unavailable", f"{exc} Tool group '{group.name}' was not loaded.")
+    if not tools:
         return ToolResult.error("empty_group", f"Tool group '{group.name}' has no available tools.")
     already = group.name in ctx.loaded_groups
     # The run's active set reads this set, so the tools are usable in the very next model call.
     ctx.loaded_groups.add(group.name)
-    count = len(group.tools)
+    count = len(tools)
     head = (
         f"Tool group '{group.name}' is already loaded; its {count} tools are available:"
         if already
         else f"Loaded {count} tools from group '{group.name}':"
     )
-    lines = [f"- {t.name}: {_first_line(t.description)}" for t in group.tools]
+    lines = [f"- {t.name}: {_first_line(t.description)}" for t in tools]
     tail = "Call these tools directly; they stay loaded for the rest of this conversation."
     return ToolResult.success("\n".join([head, *lines, tail]))
 

@@ -1,0 +1,1 @@
+"""MCP servers as lazily loaded tool groups: the client connections and the groups they back."""
