@@ -14,9 +14,9 @@ from tests.adapters.test_run import reap, sigterm
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram
-from tests.mcp.conftest import ROOT, HttpServer, alive, starts
+from tests.mcp.conftest import ROOT, HttpServer, alive, eventually, starts
 from tests.mcp.conftest import http_server as http_server  # the fixture, for this module too
-from tests.processes import start_bridge, telegram_run_config
+from tests.processes import kill9, start_bridge, telegram_run_config
 from tests.test_cli import bridge
 
 
@@ -112,3 +112,22 @@ async def test_bridge_chat_uses_an_mcp_server_across_turns_and_clear_resets_it(
     assert "add" not in fake_llm.tool_names(after_clear)
     assert len(starts(log)) == 1
     assert not alive(starts(log)[0])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="kill -9")
+async def test_after_kill_9_of_bridge_run_its_stdio_server_exits_on_its_own(
+    tmp_path: Path, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    log = tmp_path / "mcp.log"
+    fake_llm.push(fake.tool_call("load_tool_group", {"group_name": "fake"}), fake.text("loaded"))
+    config = telegram_run_config(tmp_path, OWNER, tg.token, tg.api_base, fake_llm.base_url, servers_toml(log))
+    process = await start_bridge(tmp_path, "run", "--config", str(config))
+    try:
+        tg.dm(OWNER, "load it")
+        await tg.wait_for(lambda: len(replies(tg)) >= 1, timeout=30)
+        pid = starts(log)[0]
+        await kill9(process)
+    finally:
+        await reap(process)
+    # Nobody ended it, but its stdin closed with Bridge: the server notices and exits.
+    await eventually(lambda: not alive(pid), "the orphaned stdio server to exit", within=10)

@@ -297,3 +297,22 @@ async def test_an_http_server_that_went_away_is_an_error_then_recovers_when_back
         back = await call(bench, "echo", text="back")
     assert not gone.ok and "MCP server 'remote'" in gone.content
     assert back.content == "echo: back"
+
+
+async def test_two_runs_loading_one_server_at_once_start_one_process(tmp_path: Path, mcp_log: Path) -> None:
+    async with mcp_registry(tmp_path, stdio_server(mcp_log)) as bench:
+        loads = await asyncio.gather(*(load(bench) for _ in range(5)))
+        echoes = await asyncio.gather(*(call(bench, "echo", text=str(i)) for i in range(5)))
+    assert all(result.ok for result in loads)
+    assert [e.content for e in echoes] == [f"echo: {i}" for i in range(5)]
+    assert len(starts(mcp_log)) == 1
+
+
+async def test_a_call_longer_than_idle_close_s_is_not_cut_by_the_idle_close(
+    tmp_path: Path, mcp_log: Path
+) -> None:
+    async with mcp_registry(tmp_path, stdio_server(mcp_log), mcp={"idle_close_s": 0.3}) as bench:
+        await load(bench)
+        slow = await call(bench, "slow", seconds=1.5)
+    assert slow.content == "slept 1.5"
+    assert len(starts(mcp_log)) == 1
