@@ -192,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         return check_health(settings)
     setup_logging(settings)
     if args.command == "chat":
-        # The terminal shows each run as it happens; a log line per run would only interleave with it.
-        logging.getLogger("bridge.runs").setLevel(logging.WARNING)
+        # The terminal shows each run as it happens; a log line per run, or each line an MCP server
+        # writes to its stderr, would only interleave with it.
+        for name in ("bridge.runs", "bridge.mcp.stderr"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     path = resolve_config_path(args.config)
     try:
         return asyncio.run(chat(settings, path) if args.command == "chat" else run(settings, path))

@@ -23,6 +23,8 @@ from bridge.config_mcp import McpServerSettings
 from bridge.errors import ToolSourceError
 
 log = logging.getLogger(__name__)
+# What stdio servers write to their stderr: diagnostics, on a logger of its own (`bridge chat` mutes it).
+stderr_log = logging.getLogger("bridge.mcp.stderr")
 
 # Seconds before another attempt after 1, 2, 3... failed opens in a row: the first retry is at once
 # (a crash is often a one-off), later ones wait longer so a dead server is not respawned per call.
@@ -67,7 +69,7 @@ class _StderrLog:
         for line in lines:
             text = line.decode("utf-8", "replace").rstrip()
             if text:
-                log.info("MCP server %s: %s", self.name, text[: self.LINE_MAX])
+                stderr_log.info("MCP server %s: %s", self.name, text[: self.LINE_MAX])
         if len(self._buffer) > self.LINE_MAX * 8:
             self._buffer = b""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,22 @@ async def test_a_call_longer_than_idle_close_s_is_not_cut_by_the_idle_close(
         slow = await call(bench, "slow", seconds=1.5)
     assert slow.content == "slept 1.5"
     assert len(starts(mcp_log)) == 1
+
+
+async def test_what_a_stdio_server_writes_to_stderr_goes_into_bridges_log(
+    tmp_path: Path, mcp_log: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bridge.mcp.stderr")
+    async with mcp_registry(tmp_path, stdio_server(mcp_log)) as bench:
+        await load(bench)
+        await call(bench, "fail", reason="a reason only stderr tells")
+
+        def logged() -> bool:
+            return any(
+                r.name == "bridge.mcp.stderr" and "a reason only stderr tells" in r.getMessage()
+                for r in caplog.records
+            )
+
+        await eventually(logged, "the server's stderr line in the log")
+    line = next(r.getMessage() for r in caplog.records if r.name == "bridge.mcp.stderr")
+    assert line.startswith("MCP server fake: ")
