@@ -108,7 +108,7 @@ async def run(smoke: bool = False) -> dict[str, Any]:
             await store.close()
     print(
         table(
-            "Restoring loaded groups: store.loaded_groups() through aiosqlite (one query on a partial "
+            "Restoring loaded groups: store.loaded_groups() on the event loop (one query on a partial "
             "index), against a full history scan in Python",
             ["messages", "groups", "p50 ms", "p99 ms", "full scan p50 ms", "full scan p99 ms"],
             [list(r.values()) for r in results],

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from bridge.store.base import SessionMeta, SessionRow, ToolExchange
 from bridge.store.sqlite import SQLiteStore
@@ -26,10 +26,8 @@ from tests.fakes.a2a_model import AgentToAgentModel
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.processes import start_bridge
 from tests.test_cli import Finished, assert_no_traceback, bridge, first_request_for, write_config
+from tests.waiting import WAIT_S, eventually
 
-T = TypeVar("T")
-
-WAIT_S = 15.0
 ROOM = "console:group:room"
 ROOM_ROUTE = json.dumps({"surface": "console", "chat_id": "room", "thread_id": None})
 REPLY = "bridge › "
@@ -98,18 +96,6 @@ def status_notices(stdout: str) -> list[str]:
 def echo(request: dict[str, Any]) -> Reply:
     """A model that answers every human message with `ok: <message>`."""
     return fake.text(f"ok: {request['messages'][-1]['content']}")
-
-
-async def eventually(check: Callable[[], T | None], what: str, within: float = WAIT_S) -> T:
-    """Poll `check` until it returns something truthy, and return that; AssertionError on timeout."""
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def stays_false(check: Callable[[], bool], what: str, within: float) -> None:

@@ -8,8 +8,7 @@ import contextlib
 import os
 import socket
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +20,7 @@ from bridge.tools.base import ToolContext
 from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
 from tests.pg import free_port
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -60,18 +60,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
-
-
-async def eventually(check: Callable[[], T | None], what: str, within: float = 15.0) -> T:
-    """Poll `check` until it returns something truthy, and return that; AssertionError on timeout."""
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture
