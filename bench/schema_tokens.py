@@ -6,6 +6,7 @@ import asyncio
 import importlib.metadata
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -106,7 +107,13 @@ async def mcp_scenarios(enc: Encoding) -> list[dict[str, Any]]:
         "args": ["-m", "tests.fakes.mcp_server", "--tools", str(MCP_TOOLS), "--bare"],
         "cwd": str(ROOT),
     }
-    settings = Settings(mcp={"servers": [server]})
+    with tempfile.TemporaryDirectory() as folder:
+        # Its listing is cached beside the database: in a folder of its own, not the repository's data/.
+        settings = Settings(mcp={"servers": [server]}, storage={"path": str(Path(folder) / "bridge.db")})
+        return await _mcp_rows(settings, enc)
+
+
+async def _mcp_rows(settings: Settings, enc: Encoding) -> list[dict[str, Any]]:
     registry = build_registry(settings)
     row = session()
     group = registry.group(MCP_SERVER)

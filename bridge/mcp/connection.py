@@ -7,9 +7,10 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import httpx2
@@ -21,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 from bridge.config_mcp import McpServerSettings
 from bridge.errors import ToolSourceError
+from bridge.mcp import cache
 
 log = logging.getLogger(__name__)
 # What stdio servers write to their stderr: diagnostics, on a logger of its own (`bridge chat` mutes it).
@@ -91,22 +93,19 @@ class McpConnection:
     the HTTP server went away) closes it, and the next call opens a new one.
     """
 
-    def __init__(
-        self,
-        settings: McpServerSettings,
-        idle_close_s: float,
-        *,
-        on_tools_changed: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, settings: McpServerSettings, idle_close_s: float, cache: Path | None = None) -> None:
         self.settings = settings
         self.name = settings.name
         self.idle_close_s = idle_close_s
-        self._on_tools_changed = on_tools_changed
-        self._clock = clock
+        # Where the listing is kept for the next process (bridge.mcp.cache); None keeps none.
+        self._cache = cache
+        self._clock = time.monotonic
         # The open connection's session and the event that ends it; None while closed.
         self._link: _Link | None = None
+        # The task holding the newest connection, and the event that ends it (set also while it is
+        # still connecting, so a shutdown then does not wait for it).
         self._owner: asyncio.Task[None] | None = None
+        self._owner_stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self._failures = 0
         self._retry_at = 0.0
@@ -127,13 +126,19 @@ class McpConnection:
 
     # ------------------------------------------------------------------ use
 
-    async def list_tools(self, *, refresh: bool = False) -> list[mt.Tool]:
+    async def list_tools(self) -> list[mt.Tool]:
         """The server's tools: the cached list, or listed now (opening the connection) if none yet."""
-        if self.tools is not None and not refresh:
+        if self.tools is not None:
             return self.tools
         async with self._using() as link:
             self.tools = await self._list(link.session)
         return self.tools
+
+    async def restore(self) -> bool:
+        """Take the tools an earlier process listed, without connecting; False if there are none."""
+        if self.tools is None and self._cache is not None:
+            self.tools = await asyncio.to_thread(cache.read, self._cache, self.settings)
+        return self.tools is not None
 
     async def call(self, name: str, arguments: dict[str, Any]) -> mt.CallToolResult:
         """Call one tool by the server's own name. Cancelling the call (a tool timeout) cancels it on
@@ -178,10 +183,16 @@ class McpConnection:
                     f"it will be tried again in {wait:.0f} s."
                 )
             ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
-            stop = asyncio.Event()
+            stop = self._owner_stop = asyncio.Event()
             self._owner = asyncio.create_task(self._own(ready, stop), name=f"mcp-{self.name}")
             try:
                 session = await ready
+            except asyncio.CancelledError:
+                # The call that opened it was stopped (its time ran out): the half-open connection
+                # is not left running unused. The SDK ends the process even when cancelled.
+                stop.set()
+                self._owner.cancel()
+                raise
             except Exception as exc:
                 self._failures += 1
                 self._retry_at = self._clock() + backoff(self._failures)
@@ -289,8 +300,6 @@ class McpConnection:
             self.tools = None
             return
         log.info("MCP server %s: its tool list changed (%d tools)", self.name, len(self.tools))
-        if self._on_tools_changed is not None:
-            self._on_tools_changed()
 
     async def _list(self, session: ClientSession) -> list[mt.Tool]:
         tools: list[mt.Tool] = []
@@ -302,7 +311,10 @@ class McpConnection:
                 tools.extend(page.tools)
                 cursor = page.next_cursor
                 if not cursor:
-                    return tools
+                    break
+        if self._cache is not None:
+            await asyncio.to_thread(cache.write, self._cache, self.settings, tools)
+        return tools
 
     async def aclose(self) -> None:
         """Close the connection for good; a stdio server's process is ended (and killed if it lingers)."""
@@ -310,8 +322,10 @@ class McpConnection:
         for task in list(self._refreshing):
             task.cancel()
         owner = self._owner
-        if self._link is not None:
-            self._link.stop.set()
+        self._owner_stop.set()
+        if owner is not None and self._link is None:
+            # Still connecting (a stop is only seen once connected) or already closing.
+            owner.cancel()
         if owner is not None and not owner.done():
             try:
                 # The SDK ends a stdio child within about 4 s: stdin closed, then SIGTERM, then SIGKILL.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.config_mcp import McpServerSettings
@@ -51,9 +52,11 @@ class McpToolSource:
         idle_close_s: float,
         disabled: frozenset[str],
         taken: Callable[[str, str], bool],
+        cache: Path | None = None,
     ) -> None:
         self.settings = settings
         self._idle_close_s = idle_close_s
+        self._cache = cache
         self._connection: McpConnection | None = None
         self._disabled = disabled
         self._taken = taken
@@ -68,7 +71,7 @@ class McpToolSource:
             # The SDK (half a second to import, and starlette with it) only where a server is used.
             from bridge.mcp.connection import McpConnection
 
-            self._connection = McpConnection(self.settings, self._idle_close_s)
+            self._connection = McpConnection(self.settings, self._idle_close_s, self._cache)
         return self._connection
 
     def listed(self) -> tuple[Tool, ...] | None:
@@ -84,6 +87,12 @@ class McpToolSource:
     async def load(self) -> tuple[Tool, ...]:
         await self.connection.list_tools()
         return self.listed() or ()
+
+    async def restore(self) -> tuple[Tool, ...]:
+        # After a restart: the listing an earlier process kept; the server starts at the first call.
+        if await self.connection.restore():
+            return self.listed() or ()
+        return await self.load()
 
     def names(self) -> frozenset[str]:
         return frozenset(t.name for t in self._tools)
@@ -147,9 +156,11 @@ def mcp_group(
     idle_close_s: float,
     disabled: frozenset[str],
     taken: Callable[[str, str], bool],
+    cache_dir: Path | None = None,
 ) -> ToolGroup:
     """The group of one server, listed from config alone: nothing is started until it is loaded."""
-    source = McpToolSource(settings, idle_close_s, disabled, taken)
+    cache = cache_dir / f"{settings.name}.json" if cache_dir is not None else None
+    source = McpToolSource(settings, idle_close_s, disabled, taken, cache)
     return ToolGroup(settings.name, settings.description, (), source=source)
 
 

@@ -126,6 +126,11 @@ class ToolSource(Protocol):
         """The tools, listed now if need be; ToolSourceError if the source cannot be reached."""
         ...
 
+    async def restore(self) -> tuple[Tool, ...]:
+        """For a group restored from history: the tools as an earlier process listed them if they
+        were kept, else load()."""
+        ...
+
     def names(self) -> frozenset[str]:
         """The names of the tools listed so far (for other sources' collision checks)."""
         ...

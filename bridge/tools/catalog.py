@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from bridge.config import Settings
 from bridge.errors import ConfigError, ManifestError, RegistryError
@@ -16,6 +17,11 @@ from bridge.tools.builtin.tasks import tasks_group
 from bridge.tools.builtin.web import web_group
 from bridge.tools.manifest import load_manifest, manifest_files
 from bridge.tools.registry import ToolRegistry
+
+
+def mcp_cache_dir(settings: Settings) -> Path:
+    """Where MCP servers' tool listings are kept between processes: beside the SQLite file."""
+    return Path(settings.storage.path).parent / "mcp-tools"
 
 
 def build_registry(settings: Settings, extra_groups: tuple[ToolGroup, ...] = ()) -> ToolRegistry:
@@ -66,6 +72,8 @@ def build_registry(settings: Settings, extra_groups: tuple[ToolGroup, ...] = ())
             raise ConfigError(
                 f"mcp.servers: {server.name!r} is already the name of a tool group; name the server otherwise"
             )
-        group = mcp_group(server, settings.mcp.idle_close_s, frozenset(disabled), registry.taken)
+        group = mcp_group(
+            server, settings.mcp.idle_close_s, frozenset(disabled), registry.taken, mcp_cache_dir(settings)
+        )
         registry.add_group(group)
     return registry

@@ -134,16 +134,17 @@ class ToolRegistry:
         return await group.source.load()
 
     async def prepare(self, loaded: Iterable[str]) -> None:
-        """List the sources of loaded groups not listed yet in this process (restored from history
-        after a restart), so the run can offer their tools. One that fails is left out of this run's
-        tools; its calls say why, and a later run tries again."""
+        """Restore the sources of loaded groups not listed yet in this process (restored from history
+        after a restart), so the run can offer their tools: from the listing an earlier process kept,
+        else by listing them now. One that fails is left out of this run's tools; its calls say why,
+        and a later run tries again."""
         waiting = [
             g.source
             for name in self.known_groups(loaded)
             if (g := self._groups[name]).source is not None and g.source.listed() is None
         ]
         if waiting:
-            await asyncio.gather(*(_quietly(source.load()) for source in waiting))
+            await asyncio.gather(*(_quietly(source.restore()) for source in waiting))
 
     async def aclose(self) -> None:
         """Close every source (an MCP server's connection, its process ended)."""

@@ -88,3 +88,42 @@ async def test_a_server_that_cannot_start_leaves_the_turn_answered_and_the_sessi
         await h.say("hi")
     assert "MCP server 'ghost' could not be started" in tool_results(fake_llm.requests[1])[-1]
     assert h.sender.of("reply") == ["The ghost server is down, sorry.", "hello again"]
+
+
+async def test_after_a_restart_a_turn_that_calls_none_of_its_tools_starts_no_server(
+    tmp_path: Path, fake_llm: FakeOpenAI, mcp_log: Path
+) -> None:
+    servers = {"servers": [stdio_server(mcp_log)]}
+    fake_llm.push(fake.tool_call("load_tool_group", {"group_name": "fake"}), fake.text("loaded"))
+    async with running_bridge(tmp_path, fake_llm, mcp=servers) as h:
+        await h.say("load it")
+    assert len(starts(mcp_log)) == 1
+    fake_llm.push(fake.text("just chatting"), fake.tool_call("echo", {"text": "now"}), fake.text("now"))
+    async with running_bridge(tmp_path, fake_llm, mcp=servers) as h:
+        h._msg_ids = itertools.count(100)
+        await h.say("hello")
+        chatting = h.first_request_of_turn("hello")
+        # Offered from the listing the first process kept, with no process started for it.
+        assert "echo" in fake_llm.tool_names(chatting)
+        assert len(starts(mcp_log)) == 1
+        await h.say("echo now")
+        assert h.sender.of("reply") == ["just chatting", "now"]
+    assert len(starts(mcp_log)) == 2
+
+
+async def test_a_kept_listing_of_another_command_is_not_used(
+    tmp_path: Path, fake_llm: FakeOpenAI, mcp_log: Path
+) -> None:
+    fake_llm.push(fake.tool_call("load_tool_group", {"group_name": "fake"}), fake.text("loaded"))
+    async with running_bridge(tmp_path, fake_llm, mcp={"servers": [stdio_server(mcp_log)]}) as h:
+        await h.say("load it")
+    assert (tmp_path / "mcp-tools" / "fake.json").is_file()
+    changed = stdio_server(mcp_log, args=["-m", "tests.fakes.mcp_server", "--tools", "1"])
+    fake_llm.push(fake.text("hi"))
+    async with running_bridge(tmp_path, fake_llm, mcp={"servers": [changed]}) as h:
+        h._msg_ids = itertools.count(100)
+        await h.say("hello")
+        turn = h.first_request_of_turn("hello")
+    # Another command: its tools are listed anew (a process started), and the new tool is offered.
+    assert "tool_00" in fake_llm.tool_names(turn)
+    assert len(starts(mcp_log)) == 2

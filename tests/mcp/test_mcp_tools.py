@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +172,7 @@ async def test_a_server_that_hangs_at_start_times_out_and_its_process_is_ended(
     hanging = {
         "name": "hang",
         "description": "Starts, never answers.",
-        "command": os.sys.executable,  # type: ignore[attr-defined]
+        "command": sys.executable,
         "args": ["-c", script],
         "timeout_s": 1,
     }
@@ -336,3 +336,39 @@ async def test_what_a_stdio_server_writes_to_stderr_goes_into_bridges_log(
         await eventually(logged, "the server's stderr line in the log")
     line = next(r.getMessage() for r in caplog.records if r.name == "bridge.mcp.stderr")
     assert line.startswith("MCP server fake: ")
+
+
+async def test_a_load_stopped_while_the_server_starts_leaves_no_connection_behind(tmp_path: Path) -> None:
+    pid_file = tmp_path / "hang.pid"
+    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    hanging = {
+        "name": "hang",
+        "description": "Starts, never answers.",
+        "command": sys.executable,
+        "args": ["-c", script],
+        "timeout_s": 60,
+    }
+    settings = mcp_settings(tmp_path, hanging, tools={"timeouts": {"load_tool_group": 0.5}})
+    bench = McpBench(settings, build_registry(settings))
+    result = await load(bench, "hang")
+    pid = int(await eventually(lambda: pid_file.exists() and pid_file.read_text(), "the pid"))
+    # Closing does not wait out the server's 60 s to connect: the stopped load ended it.
+    await asyncio.wait_for(bench.registry.aclose(), 8)
+    assert result.code == "timeout"
+    await eventually(lambda: not alive(pid), "the half-started server to be ended", within=8)
+
+
+async def test_a_damaged_kept_listing_is_ignored_and_the_server_listed_anew(
+    tmp_path: Path, mcp_log: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept = tmp_path / "mcp-tools" / "fake.json"
+    kept.parent.mkdir()
+    kept.write_text('{"fingerprint": ', encoding="utf-8")
+    async with mcp_registry(tmp_path, stdio_server(mcp_log)) as bench:
+        await bench.registry.prepare({"fake"})
+        names = [t.name for t in bench.registry.active_tools({"fake"})]
+    assert "echo" in names
+    assert len(starts(mcp_log)) == 1
+    assert "cached tool list" in caplog.text
+    # Listed anew, and kept again for the next start.
+    assert '"name": "echo"' in kept.read_text(encoding="utf-8")
