@@ -217,7 +217,7 @@ class McpConnection:
                     read, write = await stack.enter_async_context(self._transport(stack))
                     session = await stack.enter_async_context(
                         ClientSession(
-                            read, write, message_handler=self._handler(stop), client_info=CLIENT_INFO
+                            read, write, message_handler=self._handler(), client_info=CLIENT_INFO
                         )
                     )
                     await session.initialize()
@@ -271,14 +271,15 @@ class McpConnection:
         self._forget(link.stop)
         link.stop.set()
 
-    def _handler(self, stop: asyncio.Event) -> MessageHandlerFnT:
-        """What one connection does with the server's notifications and its transport's errors."""
+    def _handler(self) -> MessageHandlerFnT:
+        """What a connection does with the server's notifications and its transport's errors."""
 
         async def handle(message: IncomingMessage) -> None:
             if isinstance(message, Exception):
-                log.warning("MCP server %s: transport error: %s", self.name, _reason(message))
-                self._forget(stop)
-                stop.set()
+                # A line that is not MCP (a server that prints to stdout): the SDK reads on, so the
+                # connection stays. One that is really gone fails its next request ("connection
+                # closed"), which closes it (call()).
+                log.warning("MCP server %s sent what is not MCP: %s", self.name, _reason(message))
             elif isinstance(message, mt.ToolListChangedNotification):
                 task = asyncio.create_task(self._refresh())
                 self._refreshing.add(task)

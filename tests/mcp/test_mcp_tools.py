@@ -372,3 +372,20 @@ async def test_a_damaged_kept_listing_is_ignored_and_the_server_listed_anew(
     assert "cached tool list" in caplog.text
     # Listed anew, and kept again for the next start.
     assert '"name": "echo"' in kept.read_text(encoding="utf-8")
+
+
+async def test_lines_that_are_not_mcp_on_stdout_do_not_break_the_connection(
+    tmp_path: Path, mcp_log: Path
+) -> None:
+    # A banner on stdout before the server speaks MCP, as many servers print.
+    banner = (
+        "import os, sys; os.write(1, b'Starting the server...\\nnot json either\\n'); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'tests.fakes.mcp_server'])"
+    )
+    async with mcp_registry(tmp_path, stdio_server(mcp_log, args=["-c", banner])) as bench:
+        loaded = await load(bench)
+        first = await call(bench, "echo", text="after the banner")
+        second = await call(bench, "echo", text="again")
+    assert loaded.ok, loaded.content
+    assert first.content == "echo: after the banner" and second.content == "echo: again"
+    assert len(starts(mcp_log)) == 1
