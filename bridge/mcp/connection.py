@@ -216,9 +216,7 @@ class McpConnection:
                 async with asyncio.timeout(timeout):
                     read, write = await stack.enter_async_context(self._transport(stack))
                     session = await stack.enter_async_context(
-                        ClientSession(
-                            read, write, message_handler=self._handler(), client_info=CLIENT_INFO
-                        )
+                        ClientSession(read, write, message_handler=self._handler(), client_info=CLIENT_INFO)
                     )
                     await session.initialize()
                 ready.set_result(session)
