@@ -151,6 +151,14 @@ class ToolCaller:
                 f"'{name}' is a tool group, not a tool. Call load_tool_group with group_name='{name}', "
                 + (f"then call one of its tools: {tools}." if tools else "then call one of its tools."),
             )
+        skill = self.settings.skills.catalog.get(name)
+        if skill is not None and self.registry.get("load_skill") is not None:
+            # Small models call a skill's name like a tool, as they do a group's.
+            return ToolResult.error(
+                "not_loaded",
+                f"'{skill.name}' is a skill, not a tool. Call load_skill with name='{skill.name}' to "
+                "read its instructions.",
+            )
         group = self.registry.group_of(name)
         if group is not None:
             return ToolResult.error(

@@ -290,3 +290,16 @@ async def test_write_file_refuses_skill_paths_and_changes_nothing(ctx: ToolConte
         assert result.code == "read_only", (path, result.content)
     assert (skills / "pdf-forms" / "forms.md").read_text(encoding="utf-8") == before
     assert not (ctx.settings.tools.workspace / ".skills").exists()
+
+
+async def test_a_skill_called_like_a_tool_is_answered_with_how_to_load_it(ctx: ToolContext) -> None:
+    from bridge.agent.toolcalls import ToolCaller
+    from bridge.llm.base import ToolCall
+
+    caller = ToolCaller(ctx.settings, ctx.store, ctx.registry)
+    result = await caller.execute(ctx, ToolCall("c", "pdf-forms", "{}"))
+    assert result.code == "not_loaded"
+    assert result.content == (
+        "Error [not_loaded]: 'pdf-forms' is a skill, not a tool. Call load_skill with name='pdf-forms' "
+        "to read its instructions."
+    )
