@@ -128,7 +128,9 @@ async def test_a_dead_workers_unsent_reply_and_cut_short_run_are_taken_over_and_
     key = bridge.sessions.key_for(inbound)
     session = await bridge.sessions.active(inbound)
     bridge.store.worker_id = "killed"
-    await bridge.store.add_user_message(session.id, "question")
+    # Not queued: this worker must not claim it between the two writes (a killed worker's message
+    # was taken up by its run in one transaction), or its answer could go out before the old reply.
+    await bridge.store.add_user_message(session.id, "question", queued=False)
     await bridge.store.begin_run(
         "r-killed", session.id, "test", memory_scope="", history_limit=10, memory_limit=0
     )
