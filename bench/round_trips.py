@@ -45,7 +45,9 @@ class ScriptedProvider:
         self.model = HintFollowingModel()
         self.calls = 0
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: Any = None
+    ) -> Completion:
         self.calls += 1
         reply = self.model({"messages": [serialize_message(m) for m in messages], "tools": tools})
         assert isinstance(reply.body, dict)

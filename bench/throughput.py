@@ -36,7 +36,9 @@ class BenchModel:
         self.spent: dict[str, float] = {}  # the turn's user text -> seconds inside the provider
         self._ids = itertools.count()
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: Any = None
+    ) -> Completion:
         started = time.perf_counter()
         if self.delay_s:
             await asyncio.sleep(self.delay_s)

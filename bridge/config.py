@@ -138,6 +138,9 @@ class LLMSettings(_Section):
     max_retries: int = Field(3, ge=0, le=10)
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int | None = Field(None, gt=0)
+    # Stream answers where a chat can show them as they come (bridge chat): the text appears token by
+    # token instead of all at once at the end.
+    stream: bool = True
     # "native": tools go as `tools` and come back as `tool_calls`. "text": for models without native
     # tool calling, tools are described in the system prompt and one fenced JSON block is a call.
     tool_mode: Literal["native", "text"] = "native"

@@ -10,6 +10,7 @@ from typing import Any
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, ToolCall, Usage
 from bridge.llm.http import AttemptFailed, HTTPProvider, as_int
+from bridge.llm.sse import StreamAssembler
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -52,6 +53,63 @@ class AnthropicProvider(HTTPProvider):
 
     def _parse(self, data: Any) -> Completion:
         return parse_message(data)
+
+    def _streamed(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "stream": True}
+
+    def _assembler(self) -> StreamAssembler:
+        return AnthropicStream()
+
+
+class AnthropicStream:
+    """Messages API stream events put back together as the message they stand for."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self._message: dict[str, Any] = {"type": "message", "role": "assistant", "content": []}
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self._usage: dict[str, Any] = {}
+
+    def feed(self, event: str, data: str) -> str:
+        payload = json.loads(data)
+        kind = payload.get("type", event)
+        if kind == "message_start":
+            start = payload.get("message") or {}
+            self._message.update({k: v for k, v in start.items() if k not in ("content", "usage")})
+            self._usage.update(start.get("usage") or {})
+        elif kind == "content_block_start":
+            self._blocks[int(payload["index"])] = dict(payload.get("content_block") or {})
+        elif kind == "content_block_delta":
+            index, delta = int(payload["index"]), payload.get("delta") or {}
+            block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+            if delta.get("type") == "text_delta":
+                text = str(delta.get("text", ""))
+                block["text"] = str(block.get("text", "")) + text
+                return text
+            if delta.get("type") == "input_json_delta":
+                self._json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+        elif kind == "message_delta":
+            self._message.update(payload.get("delta") or {})
+            self._usage.update(payload.get("usage") or {})
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            error = payload.get("error") or {}
+            raise ValueError(f"the stream reported an error: {error.get('message', error)}")
+        return ""
+
+    def result(self, *, partial: bool = False) -> dict[str, Any]:
+        content = []
+        for index in sorted(self._blocks):
+            block = dict(self._blocks[index])
+            if block.get("type") == "tool_use":
+                if partial:
+                    continue
+                raw = "".join(self._json.get(index, [])) or "{}"
+                block["input"] = json.loads(raw)
+            content.append(block)
+        return {**self._message, "content": content, "usage": self._usage}
 
 
 # -- wire format -----------------------------------------------------------------------------

@@ -45,11 +45,33 @@ class Completion:
     # Set when the text looks like a tool call in the wrong format: what to tell the model so it can
     # write it again properly. Nothing in such a reply runs.
     correction: str | None = None
+    # Set when a streamed answer broke off after some of it was shown: why. `content` is what was
+    # received, which is what the chat saw; it is not retried (that would show it twice).
+    cut_short: str | None = None
+
+
+class TextSink(Protocol):
+    """Where a streamed answer's text goes as it arrives: the chat's live display of one model call."""
+
+    @property
+    def shown(self) -> bool:
+        """Whether any text has reached the chat: a failure after that is not retried."""
+        ...
+
+    async def begin(self) -> None:
+        """A new attempt starts: anything received but not shown yet is dropped."""
+        ...
+
+    async def text(self, delta: str) -> None: ...
 
 
 class Provider(Protocol):
     """A chat model. `tools` are OpenAI function-tool schemas; empty means no tools offered."""
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion: ...
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
+    ) -> Completion:
+        """The answer; with a `sink`, streamed where the provider can, its text passed on as it comes."""
+        ...
 
     async def aclose(self) -> None: ...

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import re
+from collections.abc import Awaitable
 from typing import Any
 
 import httpx
@@ -14,7 +15,8 @@ import httpx
 from bridge.config import REDACTED, LLMSettings, mask_url
 from bridge.errors import ProviderError
 from bridge.jsonutil import loads
-from bridge.llm.base import ChatMessage, Completion
+from bridge.llm.base import ChatMessage, Completion, TextSink
+from bridge.llm.sse import StreamAssembler, events
 from bridge.llm.transport import AiohttpTransport
 from bridge.localmodel import is_local_model_url
 from bridge.logs import redacting, secret_values
@@ -25,6 +27,7 @@ NOT_RETRYABLE_KEY = frozenset({401, 403})
 # 408 (request timeout) and 409 (conflict) are transient on some gateways, like 429 and 5xx.
 RETRYABLE_4XX = frozenset({408, 409, 429})
 _JSON = {"Content-Type": "application/json"}
+_SSE = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 # What of the server's own words reaches the chat: one line, this long at most.
 MAX_SUMMARY_CHARS = 200
 # What of the server's answer a run's trace keeps; an HTML error page can run to megabytes.
@@ -92,13 +95,25 @@ class HTTPProvider:
             timeout=settings.timeout_s, headers=self._headers(), transport=transport or AiohttpTransport()
         )
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
+    ) -> Completion:
         body = self._request_body(messages, tools)
+        streamed = sink is not None and self._settings.stream
+        if streamed:
+            body = self._streamed(body)
         # Serialized once, not once per attempt: the body repeats the whole history and the tools.
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+        def attempt() -> Awaitable[Completion]:
+            if streamed:
+                assert sink is not None
+                return self._attempt_stream(payload, sink)
+            return self._attempt(payload)
+
         try:
             completion = await with_retries(
-                lambda: self._attempt(payload),
+                attempt,
                 what="Model request",
                 log=self._log,
                 backoff=self._backoff,
@@ -127,43 +142,82 @@ class HTTPProvider:
         """The decoded 200 body as a Completion; raises AttemptFailed("malformed", ...) when it is not one."""
         raise NotImplementedError
 
+    def _streamed(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request body asking for a stream of events."""
+        raise NotImplementedError
+
+    def _assembler(self) -> StreamAssembler:
+        """What puts the provider's stream events back together."""
+        raise NotImplementedError
+
     # -- one attempt -----------------------------------------------------------------------
 
     async def _attempt(self, payload: bytes) -> Completion:
         try:
             response = await self._client.post(self._endpoint(), content=payload, headers=_JSON)
-        except httpx.TimeoutException as exc:
-            raise AttemptFailed("timeout", f"timed out ({type(exc).__name__})", body=chain(exc)) from exc
-        except httpx.ConnectError as exc:
-            if is_refused(exc):
-                raise AttemptFailed("refused", "connection refused", body=chain(exc)) from exc
-            raise AttemptFailed(
-                "unreachable", "cannot connect", detail=describe_exc(exc), body=chain(exc)
-            ) from exc
-        except httpx.TransportError as exc:
-            raise AttemptFailed(
-                "unreachable", "connection failed", detail=describe_exc(exc), body=chain(exc)
-            ) from exc
         except httpx.RequestError as exc:
-            # DecodingError and friends: the bytes arrived but could not be read.
-            raise AttemptFailed(
-                "malformed", "unreadable body", detail=describe_exc(exc), body=chain(exc)
-            ) from exc
-
+            raise _failed(exc) from exc
         if response.status_code != 200:
             self._raise_for_status(response)
+        return self._parse_body(response.content, response.text)
+
+    def _parse_body(self, content: bytes, text: str) -> Completion:
         try:
-            data = loads(response.content)
+            data = loads(content)
         except ValueError as exc:
-            raise AttemptFailed(
-                "malformed", "invalid JSON", detail="not valid JSON", body=response.text
-            ) from exc
+            raise AttemptFailed("malformed", "invalid JSON", detail="not valid JSON", body=text) from exc
         try:
             return self._parse(data)
         except AttemptFailed as failure:
             # The parsers see decoded JSON; the trace wants the answer as the server sent it.
-            failure.body = failure.body or response.text
+            failure.body = failure.body or text
             raise
+
+    async def _attempt_stream(self, payload: bytes, sink: TextSink) -> Completion:
+        """One streamed attempt: each piece of text goes to `sink` as it comes, and the answer is the
+        body a non-streamed request would have got, put back together (traces and history are the
+        same either way). A stream that breaks before any text was shown fails the attempt, to be
+        retried; after that, the answer is what arrived, marked cut_short."""
+        await sink.begin()
+        assembler = self._assembler()
+        try:
+            request = self._client.stream("POST", self._endpoint(), content=payload, headers=_SSE)
+            async with request as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    self._raise_for_status(response)
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    # A server that does not stream answers with the whole body.
+                    content = await response.aread()
+                    return self._parse_body(content, response.text)
+                async for event, data in events(response.aiter_lines()):
+                    try:
+                        piece = assembler.feed(event, data)
+                    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                        raise AttemptFailed("malformed", "unreadable stream event", body=data) from exc
+                    if piece:
+                        await sink.text(piece)
+                    if assembler.done:
+                        break
+        except httpx.RequestError as exc:
+            failure = _failed(exc)
+            if sink.shown:
+                return self._cut_short(assembler, str(failure))
+            raise failure from exc
+        except AttemptFailed as failure:
+            if sink.shown:
+                return self._cut_short(assembler, str(failure))
+            raise
+        if not assembler.done:
+            if sink.shown:
+                return self._cut_short(assembler, "the stream ended before the answer did")
+            raise AttemptFailed("malformed", "the stream ended early", detail="the stream ended early")
+        return self._parse(assembler.result())
+
+    def _cut_short(self, assembler: StreamAssembler, why: str) -> Completion:
+        self._log.warning("streamed answer cut short after text was shown: %s", why)
+        partial = self._parse(assembler.result(partial=True))
+        return dataclasses.replace(partial, tool_calls=(), cut_short=why)
 
     def _raise_for_status(self, response: httpx.Response) -> None:
         status = response.status_code
@@ -298,3 +352,17 @@ def chain(exc: BaseException) -> str:
         lines.append(f"{type(seen).__name__}: {seen}")
         seen = seen.__cause__ or seen.__context__
     return "\n".join(lines)
+
+
+def _failed(exc: httpx.RequestError) -> AttemptFailed:
+    """A request that got no usable answer, as the retryable failure it is."""
+    if isinstance(exc, httpx.TimeoutException):
+        return AttemptFailed("timeout", f"timed out ({type(exc).__name__})", body=chain(exc))
+    if isinstance(exc, httpx.ConnectError):
+        if is_refused(exc):
+            return AttemptFailed("refused", "connection refused", body=chain(exc))
+        return AttemptFailed("unreachable", "cannot connect", detail=describe_exc(exc), body=chain(exc))
+    if isinstance(exc, httpx.TransportError):
+        return AttemptFailed("unreachable", "connection failed", detail=describe_exc(exc), body=chain(exc))
+    # DecodingError and friends: the bytes arrived but could not be read.
+    return AttemptFailed("malformed", "unreadable body", detail=describe_exc(exc), body=chain(exc))

@@ -8,6 +8,7 @@ from typing import Any
 
 from bridge.llm.base import ChatMessage, Completion, ToolCall, Usage
 from bridge.llm.http import AttemptFailed, HTTPProvider, as_int
+from bridge.llm.sse import StreamAssembler
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -42,6 +43,79 @@ class OpenAIProvider(HTTPProvider):
 
     def _parse(self, data: Any) -> Completion:
         return parse_completion(data)
+
+    def _streamed(self, body: dict[str, Any]) -> dict[str, Any]:
+        # The usage chunk comes last; without it a streamed run would count no tokens.
+        return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+    def _assembler(self) -> StreamAssembler:
+        return OpenAIStream()
+
+
+class OpenAIStream:
+    """chat.completion.chunk events put back together as the chat.completion they stand for."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._head: dict[str, Any] = {}
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+
+    def feed(self, event: str, data: str) -> str:
+        if data.strip() == "[DONE]":
+            self.done = True
+            return ""
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError("a stream chunk that is not an object")
+        for key in ("id", "created", "model"):
+            if key in chunk:
+                self._head.setdefault(key, chunk[key])
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices") or []
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(choice, dict):
+            return ""
+        self._finish = choice.get("finish_reason") or self._finish
+        delta: dict[str, Any] = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
+        for raw in delta.get("tool_calls") or ():
+            if isinstance(raw, dict):
+                self._call(raw)
+        text = _content_text(delta.get("content"))
+        self._text.append(text)
+        return text
+
+    def _call(self, raw: dict[str, Any]) -> None:
+        index = raw.get("index")
+        index = index if isinstance(index, int) else len(self._calls)
+        call = self._calls.setdefault(index, {"type": "function", "function": {"name": "", "arguments": ""}})
+        if raw.get("id"):
+            call["id"] = raw["id"]
+        function: dict[str, Any] = raw["function"] if isinstance(raw.get("function"), dict) else {}
+        if function.get("name"):
+            call["function"]["name"] += function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call["function"]["arguments"] += arguments
+        elif arguments is not None:
+            call["function"]["arguments"] += json.dumps(arguments, ensure_ascii=False)
+
+    def result(self, *, partial: bool = False) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text)}
+        calls = [self._calls[i] for i in sorted(self._calls)]
+        if calls and not partial:
+            message["tool_calls"] = calls
+        body: dict[str, Any] = {
+            "object": "chat.completion",
+            **self._head,
+            "choices": [{"index": 0, "message": message, "finish_reason": self._finish}],
+        }
+        if self._usage is not None:
+            body["usage"] = self._usage
+        return body
 
 
 # -- wire format -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 from bridge.config import DEFAULT_PROFILE, LLMSettings
 from bridge.errors import ProviderError
-from bridge.llm.base import ChatMessage, Completion, Provider
+from bridge.llm.base import ChatMessage, Completion, Provider, TextSink
 from bridge.llm.factory import build_provider
 from bridge.llm.textmode import Names, NativeModeProvider, TextModeProvider
 
@@ -39,7 +39,9 @@ class _NoKey:
             "set. Set it and restart Bridge, or switch with /model."
         )
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
+    ) -> Completion:
         raise ProviderError(self.message)
 
     async def aclose(self) -> None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from bridge.jsonutil import loads
-from bridge.llm.base import ChatMessage, Completion, Provider, ToolCall
+from bridge.llm.base import ChatMessage, Completion, Provider, TextSink, ToolCall
+from bridge.llm.holdback import HoldBack
 from bridge.llm.textprompt import ResultRole, render_call, to_text_messages
 
 # Every correction starts with this, so a request can tell that its run already corrected the model.
@@ -353,8 +354,23 @@ class TextModeProvider:
         self._known, self._groups = known, groups
         self._result_role = result_role
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
-        completion = await self.inner.complete(to_text_messages(messages, tools, self._result_role), [])
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
+    ) -> Completion:
+        held = HoldBack(sink) if sink is not None else None
+        text_messages = to_text_messages(messages, tools, self._result_role)
+        if held is not None:
+            completion = await self.inner.complete(text_messages, [], held)
+        else:
+            completion = await self.inner.complete(text_messages, [])
+        answer = self._read(messages, tools, completion)
+        if held is not None and not answer.tool_calls and answer.correction is None:
+            await held.finish(answer.content)
+        return answer
+
+    def _read(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], completion: Completion
+    ) -> Completion:
         allowed = _Allowed(tools, self._known, self._groups)
         if completion.tool_calls:
             # A server that parsed calls natively anyway: still at most one, and only a permitted name.
@@ -403,8 +419,25 @@ class NativeModeProvider:
         self.inner = inner
         self._known, self._groups = known, groups
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
-        completion = await self.inner.complete(messages, tools)
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
+    ) -> Completion:
+        # A call leaked into the text is held back as it streams, as in text mode.
+        held = HoldBack(sink) if sink is not None and tools else None
+        if held is not None:
+            completion = await self.inner.complete(messages, tools, held)
+        elif sink is not None:
+            completion = await self.inner.complete(messages, tools, sink)
+        else:
+            completion = await self.inner.complete(messages, tools)
+        answer = self._read(messages, tools, completion)
+        if held is not None and not answer.tool_calls and answer.correction is None:
+            await held.finish(answer.content)
+        return answer
+
+    def _read(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], completion: Completion
+    ) -> Completion:
         if completion.tool_calls or not tools:
             # With no tools offered (a run's last request), text is only ever the answer.
             return completion

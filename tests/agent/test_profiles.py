@@ -342,7 +342,9 @@ class _Recording:
         self.name = name
         self.closed = False
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Any:
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: Any = None
+    ) -> Any:
         raise AssertionError("not asked in this test")
 
     async def aclose(self) -> None:

@@ -287,7 +287,7 @@ class _BrokenOnceProvider:
         self.calls = 0
         self.error = error or KeyError("choices")
 
-    async def complete(self, messages: list[Any], tools: list[dict[str, Any]]) -> Any:
+    async def complete(self, messages: list[Any], tools: list[dict[str, Any]], sink: Any = None) -> Any:
         self.calls += 1
         if self.calls == 1:
             raise self.error

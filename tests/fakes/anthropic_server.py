@@ -109,6 +109,56 @@ def _invalid(message: str) -> Reply:
     return http_error(400, message, error_type="invalid_request_error")
 
 
+def stream_events(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Messages API response as the events a streaming request gets: text four characters at a time,
+    a tool_use's input JSON in two pieces."""
+    usage = message.get("usage", {})
+    start = {k: v for k, v in message.items() if k not in ("content", "stop_reason", "usage")}
+    events: list[dict[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {**start, "content": [], "usage": {"input_tokens": usage.get("input_tokens", 0)}},
+        }
+    ]
+    for index, block in enumerate(message.get("content", [])):
+        if block["type"] == "text":
+            events.append(
+                {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+            )
+            text = block["text"]
+            events += [
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "text_delta", "text": text[i : i + 4]},
+                }
+                for i in range(0, len(text), 4)
+            ]
+        else:
+            events.append(
+                {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
+            )
+            raw = json.dumps(block.get("input", {}))
+            for piece in (raw[: len(raw) // 2], raw[len(raw) // 2 :]):
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": piece},
+                    }
+                )
+        events.append({"type": "content_block_stop", "index": index})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message.get("stop_reason")},
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+        }
+    )
+    events.append({"type": "message_stop"})
+    return events
+
+
 class FakeAnthropic(LoopbackServer):
     """Serves POST /v1/messages on 127.0.0.1, random port; point base_url at `.base_url`.
 
@@ -179,10 +229,27 @@ class FakeAnthropic(LoopbackServer):
         if reply.delay_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), reply.delay_s)
+        if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict):
+            return await self._stream(request, reply)
         payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
         return web.Response(
             status=reply.status, body=payload, headers={"Content-Type": "application/json", **reply.headers}
         )
+
+    async def _stream(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        assert isinstance(reply.body, dict)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
+        await response.prepare(request)
+        for number, event in enumerate(stream_events(reply.body)):
+            if reply.cut_after is not None and number >= reply.cut_after:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            if reply.chunk_delay_s:
+                await asyncio.sleep(reply.chunk_delay_s)
+            await response.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        await response.write_eof()
+        return response
 
     def _next_reply(self) -> Reply:
         if self._replies:

@@ -28,6 +28,10 @@ class Reply:
     body: dict[str, Any] | bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    # Streamed (the request asked for a stream): the connection is dropped after this many chunks.
+    cut_after: int | None = None
+    # Streamed: seconds between chunks, so a test can watch the text arrive.
+    chunk_delay_s: float = 0.0
 
 
 Script = Callable[[dict[str, Any]], "Reply | Awaitable[Reply]"]
@@ -103,6 +107,46 @@ def http_error(
 def delay(seconds: float, reply: Reply) -> Reply:
     """`reply`, sent only after `seconds` (the request is recorded at once, before the wait)."""
     return replace(reply, delay_s=reply.delay_s + seconds)
+
+
+def cut(reply: Reply, after: int) -> Reply:
+    """`reply`, but when streamed the connection drops after `after` chunks (0: before any)."""
+    return replace(reply, cut_after=after)
+
+
+def paced(reply: Reply, seconds: float) -> Reply:
+    """`reply`, streamed one chunk every `seconds`."""
+    return replace(reply, chunk_delay_s=seconds)
+
+
+def stream_chunks(body: dict[str, Any], usage: bool) -> list[dict[str, Any]]:
+    """A chat.completion as the chat.completion.chunk events a streaming server sends: the text a
+    few characters at a time, each tool call's name then its arguments in two pieces, then the
+    finish reason, then (when asked for) the usage."""
+    head = {"id": body.get("id", "chatcmpl-fake"), "object": "chat.completion.chunk", "model": "fake-model"}
+    choice = body["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    content = message.get("content") or ""
+    chunks += [chunk({"content": content[i : i + 4]}) for i in range(0, len(content), 4)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = {"name": call["function"]["name"], "arguments": ""}
+        first: dict[str, Any] = {"index": index, "type": "function", "function": function}
+        if "id" in call:
+            first["id"] = call["id"]
+        chunks.append(chunk({"tool_calls": [first]}))
+        arguments = call["function"]["arguments"]
+        half = len(arguments) // 2
+        for piece in (arguments[:half], arguments[half:]):
+            chunks.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+    chunks.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if usage and "usage" in body:
+        chunks.append({**head, "choices": [], "usage": body["usage"]})
+    return chunks
 
 
 def malformed() -> Reply:
@@ -193,9 +237,30 @@ class FakeOpenAI(LoopbackServer):
         if reply.delay_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), reply.delay_s)
+        if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict):
+            return await self._stream(request, body, reply)
         payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
         headers = {"Content-Type": "application/json", **reply.headers}
         return web.Response(status=reply.status, body=payload, headers=headers)
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply) -> web.StreamResponse:
+        assert isinstance(reply.body, dict)
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        chunks = stream_chunks(reply.body, usage)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
+        await response.prepare(request)
+        for number, chunk in enumerate(chunks):
+            if reply.cut_after is not None and number >= reply.cut_after:
+                # Dropped mid-answer, as a crashed server or a cut connection would.
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            if reply.chunk_delay_s:
+                await asyncio.sleep(reply.chunk_delay_s)
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def _next_reply(self, body: dict[str, Any], index: int) -> Reply:
         if self.script is not None:

@@ -52,7 +52,9 @@ class Scripted:
     def __init__(self, *replies: str) -> None:
         self.replies = deque(replies)
 
-    async def complete(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> Completion:
+    async def complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: Any = None
+    ) -> Completion:
         return Completion(content=self.replies.popleft())
 
     async def aclose(self) -> None:
