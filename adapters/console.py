@@ -45,6 +45,8 @@ class ConsoleAdapter:
 
     surface = "console"
     supports_edit = False
+    # The answer is printed token by token as the model streams it ([llm] stream).
+    supports_stream = True
     text_limit = 1_000_000
     # Whoever types at this machine's terminal runs the bot: they are an owner, in session `main`.
     implicit_owners = (CONSOLE_OWNER,)
@@ -61,6 +63,9 @@ class ConsoleAdapter:
         self._readline: ModuleType | None = None
         self._ids = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
+        # The answer streaming in on the open line, while one is: the reply that follows prints only
+        # what of it this line does not show yet.
+        self._streamed: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConsoleAdapter:
@@ -137,7 +142,23 @@ class ConsoleAdapter:
 
     # ------------------------------------------------------------------ Sender
 
+    async def stream(self, route: Route, delta: str) -> None:
+        if self._streamed is None:
+            self._write(self._style("bridge ›", _BOLD) + " ", newline=False)
+            self._streamed = ""
+        self._streamed += delta
+        self._write(delta, newline=False)
+
     async def send(self, item: Outbound) -> str | None:
+        streamed, self._streamed = self._streamed, None
+        if streamed is not None:
+            if item.kind == "reply" and item.text.startswith(streamed):
+                # The answer that streamed in: the rest of it (a note, if any) ends the line.
+                self._write(item.text[len(streamed) :])
+                return str(next(self._ids))
+            # The streamed text was a preamble before tool calls, or differs from the reply: its line
+            # ends here, and the item goes on a line of its own.
+            self._write("")
         if item.kind == "activity":
             self._write(self._style("  " + item.text, _DIM))
         elif item.kind == "notice":
@@ -154,6 +175,9 @@ class ConsoleAdapter:
         return None
 
     def notice(self, text: str) -> None:
+        if self._streamed is not None:
+            self._streamed = None
+            self._write("")
         self._write(self._style(text, _DIM))
 
     def _style(self, text: str, code: str) -> str:

@@ -44,6 +44,25 @@ class RecordingSender:
         return [item.text for item in self.sent if item.kind == kind]
 
 
+@dataclass
+class StreamingSender(RecordingSender):
+    """The recording sender of the harness, on a surface that prints text as it streams."""
+
+    supports_stream: bool = True
+    # Everything in the order it happened: ("stream", delta) and (kind, text) of each send.
+    log: list[tuple[str, str]] = field(default_factory=list)
+
+    async def stream(self, route: Route, delta: str) -> None:
+        self.log.append(("stream", delta))
+
+    async def send(self, item: Outbound) -> str | None:
+        self.log.append((item.kind, item.text))
+        return await super().send(item)
+
+    def streamed(self) -> str:
+        return "".join(text for kind, text in self.log if kind == "stream")
+
+
 async def _pdf_info(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult.success({"path": args.get("path"), "pages": 3})
 

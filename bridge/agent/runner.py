@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
@@ -16,7 +16,7 @@ from bridge.agent.trace import RunTrace
 from bridge.config import DEFAULT_PROFILE, Settings
 from bridge.errors import BridgeError, ProviderError
 from bridge.live import LiveEvents
-from bridge.llm.base import ChatMessage, Completion, Provider
+from bridge.llm.base import ChatMessage, Completion, Provider, TextSink
 from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
 from bridge.metrics import Metrics
@@ -36,9 +36,20 @@ runs_log = logging.getLogger("bridge.runs")
 # Old traces are pruned after this many runs (and at start), not after every run.
 PRUNE_EVERY = 100
 RETRY_HINT = "Your message is saved: send /retry to try again."
+CUT_SHORT_NOTE = (
+    "\n\n⚠️ (The answer was cut off here: the model's connection broke. Send /retry for a new one.)"
+)
+# How runs.error begins for a run whose streamed answer broke off: /retry may redo such an answer.
+CUT_SHORT_ERROR = "the streamed answer was cut short"
 RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped", "skipped"]
 # The delivery rows of a run's reply (run id, text), written in the transaction that ends the run.
 ReplyPlanner = Callable[[str, str], Awaitable[list[OutboxItem]]]
+
+
+class LiveDisplay(Protocol):
+    """Where a chat watches the answer stream in: one TextSink per model request."""
+
+    def segment(self) -> TextSink: ...
 
 
 @dataclass(slots=True)
@@ -100,6 +111,7 @@ class AgentRunner:
         upto: int | None = None,
         force: bool = False,
         reply: ReplyPlanner | None = None,
+        display: LiveDisplay | None = None,
     ) -> RunResult:
         """Answer the session's newest message (or `upto`, in followup mode).
 
@@ -107,6 +119,7 @@ class AgentRunner:
         two messages sent together are answered by the first run that sees them, and a follow-up run
         must not ask the model again with the bot's own answer last. `force` (/retry) answers anyway.
         `reply` plans the delivery rows of the answer, written with it in one transaction.
+        `display` shows each model request's text as it streams, where the chat can.
         """
         observer = observer or NullObserver()
         agent = self.settings.agent
@@ -145,6 +158,11 @@ class AgentRunner:
         )
         summary = context.summary.content if context.summary else None
         replay = build_messages(rows, agent.max_tool_result_chars)
+        if force:
+            # /retry of an answer that broke off as it streamed: the new answer replaces it, so the
+            # model is not shown the old one as if it had been said.
+            while replay and replay[-1].role == "assistant" and not replay[-1].tool_calls:
+                replay.pop()
         # The summary of older turns shares the budget; the newest turn is kept whatever it costs.
         budget = max(agent.history_max_chars - len(summary or ""), agent.history_max_chars // 2)
         state = _RunState(
@@ -153,6 +171,7 @@ class AgentRunner:
             trace=RunTrace(run_id, session.id, session.key, channel, input_hash),
             memories=context.memories,
             summary=summary,
+            display=display,
         )
         # The chat's model (/model), or [llm]'s; a profile since removed from the config means [llm]'s.
         profile = state.answering = self.profiles.resolve(session.model_profile)
@@ -193,6 +212,9 @@ class AgentRunner:
         if state.fallback is not None and answer is not None:
             # Said in the chat but not stored as the model's words, which later turns replay to it.
             result.reply = scrub(result.reply + state.fallback.note())
+        if state.cut_short is not None and answer is not None:
+            # The stored answer is what the chat saw stream in; the note is for the chat only.
+            result.reply = scrub(result.reply + CUT_SHORT_NOTE)
         error = None if result.status == "ok" else result.stop_reason or result.reply
         planned = await reply(state.run_id, result.reply) if reply is not None else []
         try:
@@ -245,6 +267,13 @@ class AgentRunner:
                     ChatMessage("user", completion.correction),
                 ]
                 continue
+            if completion.cut_short is not None:
+                # Part of the answer was shown as it streamed, then the stream broke: what was shown
+                # is the answer (asking again would show it twice), and /retry can redo it.
+                state.cut_short = completion.cut_short
+                reply = completion.content.strip() or "(The model returned an empty answer.)"
+                why = f"{CUT_SHORT_ERROR}: {completion.cut_short}"
+                return RunResult(state.run_id, "stopped", reply, iteration, stop_reason=why)
             if not completion.tool_calls:
                 reply = completion.content.strip() or "(The model returned an empty answer.)"
                 return RunResult(state.run_id, "ok", reply, iteration)
@@ -363,8 +392,13 @@ class AgentRunner:
         """One request to the profile answering now, recorded in the trace."""
         started = RunTrace.clock()
         fallback = state.answering if state.fallback is not None else None
+        provider = state.provider or self.provider
         try:
-            completion = await (state.provider or self.provider).complete(messages, tools)
+            if state.display is not None:
+                # A fresh segment per request: after tool calls the answer goes on below their activity.
+                completion = await provider.complete(messages, tools, state.display.segment())
+            else:
+                completion = await provider.complete(messages, tools)
         except ProviderError as exc:
             self._count_request(state, started, failed=True)
             state.trace.model_call(
@@ -479,6 +513,10 @@ class _RunState:
     fallback: Fallback | None = None
     # The queued writes of this run's tool records (see ToolCalls.call).
     writes: list[asyncio.Task[None]] = field(default_factory=list)
+    # Where the chat watches the answer stream in; None where it cannot.
+    display: LiveDisplay | None = None
+    # Why a streamed answer broke off after part of it was shown.
+    cut_short: str | None = None
 
     def add_usage(self, completion: Completion) -> None:
         self.prompt_tokens += completion.usage.prompt_tokens

@@ -88,6 +88,11 @@ class ActivityReporter:
                 if self._pending.is_set():
                     await asyncio.sleep(self.min_interval)
 
+    async def settled(self) -> None:
+        """Wait until what was queued so far has been sent (not the edits still coalescing)."""
+        waits = [*self._lines, *([self._first] if self._first else [])]
+        await asyncio.gather(*waits, return_exceptions=True)
+
     async def close(self) -> None:
         """Wait until the display shows the final state."""
         waits = [*self._lines, *([self._first] if self._first else [])]

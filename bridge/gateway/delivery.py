@@ -8,11 +8,13 @@ import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
+from typing import cast
 
 from bridge.events import Outbound, Route, Sender
 from bridge.gateway.activity import ActivityReporter
 from bridge.gateway.courier import Courier
 from bridge.gateway.policy import Decision, PolicyGate
+from bridge.gateway.streaming import LiveReply, StreamingSender
 from bridge.store.base import OPEN_STATES, OutboxItem, OutboxRow, SessionRow, Store
 from bridge.store.sqlite import new_id
 from bridge.text import split_message
@@ -230,6 +232,18 @@ class Delivery:
         self, route: Route, run_id: str | None = None, session_key: str | None = None
     ) -> ActivityReporter:
         return ActivityReporter(self, route, run_id, session_key)
+
+    async def live_reply(
+        self, route: Route, session_key: str, activity: ActivityReporter
+    ) -> LiveReply | None:
+        """The streamed display of a run's answer, where the surface prints text as it comes and the
+        send policy lets the bot speak here (a shadowed chat gets nothing, streamed or not)."""
+        sender = self.sender(route.surface)
+        if sender is None or not getattr(sender, "supports_stream", False):
+            return None
+        if not await self.may_speak(route, session_key):
+            return None
+        return LiveReply(cast(StreamingSender, sender), route, activity)
 
     @contextlib.asynccontextmanager
     async def typing(self, route: Route, session_key: str | None = None) -> AsyncIterator[None]:

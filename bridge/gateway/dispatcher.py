@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bridge.agent.compaction import Compactor
-from bridge.agent.runner import RETRY_HINT, AgentRunner
+from bridge.agent.runner import CUT_SHORT_ERROR, RETRY_HINT, AgentRunner
 from bridge.config import RunsSettings
 from bridge.errors import IntakeUnavailable, StoreError
 from bridge.events import Inbound, Outbound, Route
@@ -186,7 +186,7 @@ class Dispatcher:
             return None
         session = await self.sessions.active(inbound)
         last = await self.sessions.store.history(session.id, 1, chat_only=True)
-        if not last or last[-1].kind != "user":
+        if not last or not (last[-1].kind == "user" or await self._cut_short(last[-1].run_id)):
             return await self._notice(
                 inbound.route, key, "Nothing to retry: your last message has its answer."
             )
@@ -198,6 +198,11 @@ class Dispatcher:
             leased = await self.share.run_leased(key, job)
             return leased if leased is not None else await self._notice(inbound.route, key, busy)
         return self.lanes.schedule(key, job, merge=False)
+
+    async def _cut_short(self, run_id: str | None) -> bool:
+        """Whether that run's answer broke off as it streamed (what was shown is stored)."""
+        run = await self.sessions.store.get_run(run_id) if run_id else None
+        return run is not None and (run.error or "").startswith(CUT_SHORT_ERROR)
 
     async def _compact(self, inbound: Inbound, key: str, owner: bool) -> Done | None:
         """/compact: summarise the session's older turns now, in the background; the chat is told how it
@@ -292,9 +297,16 @@ class Dispatcher:
 
         async with self.delivery.typing(route, key):
             reporter = self.delivery.activity(route, session_key=key)
+            display = await self.delivery.live_reply(route, key, reporter)
             try:
                 result = await self.runner.run(
-                    session, channel=channel, observer=reporter, upto=upto, force=force, reply=plan_reply
+                    session,
+                    channel=channel,
+                    observer=reporter,
+                    upto=upto,
+                    force=force,
+                    reply=plan_reply,
+                    display=display,
                 )
             except asyncio.CancelledError:
                 if self.closing:

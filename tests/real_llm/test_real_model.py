@@ -13,7 +13,7 @@ from bridge.app import Bridge
 from bridge.events import Inbound
 from bridge.localmodel import MODEL_ALIAS
 from bridge.store.base import MessageRow
-from tests.harness import OWNER, RecordingSender, make_settings
+from tests.harness import OWNER, StreamingSender, make_settings
 
 pytestmark = pytest.mark.real_llm
 MODES = ["native", "text"]
@@ -28,7 +28,8 @@ async def one_turn(tmp_path: Path, base_url: str, mode: str, text: str) -> dict[
         llm={"model": MODEL_ALIAS, "tool_mode": mode, "timeout_s": 180, "max_retries": 1, "temperature": 0},
         agent={"max_iterations": MAX_ITERATIONS, "history_max_chars": 16_000, "run_timeout_s": 600},
     )
-    sender = RecordingSender()
+    # A surface that shows the answer as it streams: the tier runs with streaming on.
+    sender = StreamingSender()
     async with Bridge(settings) as bridge:
         bridge.add_sender(sender)
         done = await bridge.handle(bridge_inbound(text))
@@ -39,7 +40,13 @@ async def one_turn(tmp_path: Path, base_url: str, mode: str, text: str) -> dict[
         rows = await bridge.store.history(session.id, 100)
         [(run, _key)] = await bridge.store.list_runs(session_key="main", limit=1)
         trace = json.loads(await bridge.store.get_trace(run.id) or "{}")
-    return {"rows": rows, "run": run, "trace": trace, "replies": sender.of("reply")}
+    return {
+        "rows": rows,
+        "run": run,
+        "trace": trace,
+        "replies": sender.of("reply"),
+        "streamed": sender.streamed(),
+    }
 
 
 def bridge_inbound(text: str) -> Inbound:
@@ -67,6 +74,9 @@ def assert_ended_well(turn: dict[str, Any]) -> None:
     assert run.iterations <= MAX_ITERATIONS
     [reply] = turn["replies"]
     assert reply.strip()
+    # The answer streamed in, and no tool call being written was ever shown.
+    assert turn["streamed"].strip()
+    assert "```tool" not in turn["streamed"] and '{"name"' not in turn["streamed"]
 
 
 @pytest.mark.parametrize("mode", MODES)
