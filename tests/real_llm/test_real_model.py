@@ -74,9 +74,12 @@ def assert_ended_well(turn: dict[str, Any]) -> None:
     assert run.iterations <= MAX_ITERATIONS
     [reply] = turn["replies"]
     assert reply.strip()
-    # The answer streamed in, and no tool call being written was ever shown.
-    assert turn["streamed"].strip()
+    # No tool call being written was ever shown as it streamed; a model's own answer streamed in (a
+    # run stopped by a loop rule answers in Bridge's words, which do not stream).
     assert "```tool" not in turn["streamed"] and '{"name"' not in turn["streamed"]
+    assert '"tool_name"' not in turn["streamed"]
+    if run.status == "ok":
+        assert turn["streamed"].strip()
 
 
 @pytest.mark.parametrize("mode", MODES)
