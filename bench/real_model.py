@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
+from bench import stream_latency
 from bench.common import table, write_results
 from bridge.app import Bridge
 from bridge.config import Settings
@@ -447,5 +448,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         temperature=args.temperature,
         keep=args.keep,
     )
+    data["streaming"] = await streaming_latency(args.base_url, args.model, max(1, args.repeat))
     print(f"JSON: {write_results('real_model', data)}")
     return data
+
+
+async def streaming_latency(base_url: str, model: str, repeat: int) -> dict[str, Any]:
+    """Time to the first visible word and to the whole reply, streamed against not (native mode)."""
+    local = LocalServer(base_url) if is_local_model_url(base_url) else None
+    try:
+        if local is not None:
+            await asyncio.to_thread(local.use, "native")
+        return await stream_latency.measure(base_url, model, repeat=repeat)
+    finally:
+        if local is not None:
+            await asyncio.to_thread(local.restore)

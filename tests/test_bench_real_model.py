@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench import real_model
+from bench import real_model, stream_latency
 from bench.__main__ import BENCHMARKS
 from bench.real_model import SCENARIOS, EvalConfig, evaluate, hour_pattern, is_call_shaped, run_scenario
 from bridge.agent.loops import FINAL_REQUEST
@@ -89,6 +89,9 @@ class Player:
         last = max(i for i, m in enumerate(messages) if m["role"] == "user")
         if messages[last]["content"].startswith(FINAL_REQUEST):
             return text("Your session is main.")
+        if messages[last]["content"] in stream_latency.PROMPTS:
+            # The streaming-latency prompts, which are not chats.
+            return text("A few sentences, as asked.")
         results = [m["content"] for m in messages[last:] if m["role"] == "tool"]
         step = self.plays[messages[last]["content"]][len(results)]
         return step(results) if callable(step) else step
@@ -221,3 +224,18 @@ async def test_python_m_bench_real_model_writes_its_json(model: FakeOpenAI, tmp_
     assert data["benchmark"] == "real_model" and data["machine"]["cpus"]
     assert data["modes"]["native"]["totals"]["facts_found"] == 3
     assert "Real model fake, native tool calls" in out.decode()
+    assert data["streaming"]["streamed"]["samples"] == 3
+
+
+async def test_the_streaming_latency_is_measured_streamed_and_whole(fake_llm: FakeOpenAI) -> None:
+    from tests.fakes import openai_server as fake
+
+    reply = fake.paced(fake.text("A reply long enough to arrive in several pieces."), 0.02)
+    fake_llm.push(*[reply] * (2 * len(stream_latency.PROMPTS)))
+    result = await stream_latency.measure(fake_llm.base_url, "fake")
+    streamed, whole = result["streamed"], result["whole"]
+    assert streamed["samples"] == whole["samples"] == len(stream_latency.PROMPTS)
+    # Paced chunks: the first word of a stream shows well before its end; unstreamed, only at the end.
+    assert streamed["first_visible_s"] < streamed["full_reply_s"]
+    assert whole["first_visible_s"] == whole["full_reply_s"]
+    assert [r.get("stream") for r in fake_llm.requests[:2]] == [True, None]
