@@ -382,6 +382,34 @@ class TelegramAdapter:
             lambda: self.bot.send_message(chat_id, plain, **params), what="send", idempotent=False
         )
 
+    async def edit_reply(self, route: Route, message_id: str, text: str) -> None:
+        """Turn a streamed draft into the reply's first chunk: its Markdown rendered, as send() does."""
+        html, plain = self._chunks("reply", text)[0]
+
+        async def call() -> None:
+            try:
+                if html is not None:
+                    try:
+                        await self.bot.edit_message_text(
+                            html,
+                            chat_id=int(route.chat_id),
+                            message_id=int(message_id),
+                            parse_mode=ParseMode.HTML,
+                        )
+                        return
+                    except BadRequest as exc:
+                        if "parse entities" not in str(exc).lower():
+                            raise
+                        log.warning("Telegram refused the HTML of a reply (%s); editing as plain text", exc)
+                await self.bot.edit_message_text(
+                    plain, chat_id=int(route.chat_id), message_id=int(message_id)
+                )
+            except BadRequest as exc:
+                if "not modified" not in str(exc).lower():
+                    raise
+
+        await self._retrying(call, what="edit", idempotent=True)
+
     async def edit(self, route: Route, message_id: str, text: str) -> None:
         text = _tail(text, TEXT_LIMIT)
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 ChatType = Literal["dm", "group", "channel"]
-OutboundKind = Literal["activity", "reply", "notice"]
+# "draft": an answer shown as it streams, edited as it grows; its reply then edits it (edit_of).
+OutboundKind = Literal["activity", "reply", "notice", "draft"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,9 @@ class Outbound:
     dedupe_key: str | None = None
     # Stored with the chunk and sent with it where the platform drops a repeat of the same nonce.
     nonce: str | None = None
+    # A reply that replaces the draft its answer streamed into: its first chunk edits that message
+    # (the platform's message id) instead of sending a new one.
+    edit_of: str | None = None
 
 
 class Sender(Protocol):

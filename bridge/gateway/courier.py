@@ -45,6 +45,7 @@ def outbound_of(row: OutboxRow) -> Outbound:
         session_key=item.session_key,
         dedupe_key=item.dedupe_key,
         nonce=item.nonce,
+        edit_of=item.edit_of if item.part == 0 else None,
     )
 
 
@@ -159,8 +160,9 @@ class Courier:
             await self._mark(row.id, "failed", reason=f"no adapter for surface {item.surface}")
             return None, False
         await self._mark(row.id, "sending")
+        out = outbound_of(row)
         try:
-            message_id = await sender.send(outbound_of(row))
+            message_id = await (self._replace(sender, out) if out.edit_of else sender.send(out))
         except AdapterLifecycleError:
             raise
         except Exception as exc:
@@ -177,6 +179,18 @@ class Courier:
             text=item.text,
         )
         return message_id, True
+
+    @staticmethod
+    async def _replace(sender: Sender, out: Outbound) -> str | None:
+        """A reply's first chunk into the draft it streamed into: an edit, formatted as a reply where
+        the adapter can (edit_reply), else as plain text."""
+        assert out.edit_of is not None
+        edit_reply = getattr(sender, "edit_reply", None)
+        if edit_reply is not None:
+            await edit_reply(out.route, out.edit_of, out.text)
+        else:
+            await sender.edit(out.route, out.edit_of, out.text)
+        return out.edit_of
 
     async def _mark(
         self,

@@ -14,7 +14,7 @@ from bridge.events import Outbound, Route, Sender
 from bridge.gateway.activity import ActivityReporter
 from bridge.gateway.courier import Courier
 from bridge.gateway.policy import Decision, PolicyGate
-from bridge.gateway.streaming import LiveReply, StreamingSender
+from bridge.gateway.streaming import DraftReply, LiveReply, StreamingSender
 from bridge.store.base import OPEN_STATES, OutboxItem, OutboxRow, SessionRow, Store
 from bridge.store.sqlite import new_id
 from bridge.text import split_message
@@ -98,15 +98,23 @@ class Delivery:
         # Every chunk carries a nonce: cheap, and a platform that dedupes by it (Discord) makes a resend
         # after a crash harmless even when the adapter was not yet up when the row was written.
         return [
-            dataclasses.replace(whole, text=piece, part=index, parts=len(pieces), nonce=new_id())
+            dataclasses.replace(
+                whole,
+                text=piece,
+                part=index,
+                parts=len(pieces),
+                nonce=new_id(),
+                edit_of=item.edit_of if index == 0 else None,
+            )
             for index, piece in enumerate(pieces)
         ]
 
-    async def enqueue(self, item: Outbound) -> asyncio.Future[str | None]:
+    async def enqueue(self, item: Outbound, *, durable: bool = True) -> asyncio.Future[str | None]:
         """Write the item down and queue it for its chat; the future gives its platform message id
-        once sent (None when suppressed, failed, or handed over before)."""
+        once sent (None when suppressed, failed, or handed over before). `durable=False` queues it
+        without writing it down: it is not sent again after a crash (a streamed draft)."""
         planned = await self.plan(item)
-        if self.store is None:
+        if self.store is None or not durable:
             rows = [self._in_memory(p) for p in planned]
         else:
             ids = await self.store.add_outbox(*planned)
@@ -235,15 +243,19 @@ class Delivery:
 
     async def live_reply(
         self, route: Route, session_key: str, activity: ActivityReporter
-    ) -> LiveReply | None:
-        """The streamed display of a run's answer, where the surface prints text as it comes and the
-        send policy lets the bot speak here (a shadowed chat gets nothing, streamed or not)."""
+    ) -> LiveReply | DraftReply | None:
+        """The streamed display of a run's answer, where the send policy lets the bot speak here (a
+        shadowed chat gets nothing, streamed or not): printed as it comes where the surface can
+        (supports_stream), else a draft message edited as it grows where it offers that (streams_drafts)."""
         sender = self.sender(route.surface)
-        if sender is None or not getattr(sender, "supports_stream", False):
+        if sender is None or not await self.may_speak(route, session_key):
             return None
-        if not await self.may_speak(route, session_key):
-            return None
-        return LiveReply(cast(StreamingSender, sender), route, activity)
+        if getattr(sender, "supports_stream", False):
+            return LiveReply(cast(StreamingSender, sender), route, activity)
+        if getattr(sender, "streams_drafts", False):
+            interval = float(getattr(sender, "min_edit_interval_s", 0.0))
+            return DraftReply(self, route, session_key, activity, interval)
+        return None
 
     @contextlib.asynccontextmanager
     async def typing(self, route: Route, session_key: str | None = None) -> AsyncIterator[None]:

@@ -19,6 +19,7 @@ from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate
+from bridge.gateway.streaming import DraftReply, LiveReply
 from bridge.live import LiveEvents
 from bridge.sessions.service import SessionService
 from bridge.store.base import OutboxItem, RunRow, SessionRow
@@ -291,8 +292,14 @@ class Dispatcher:
         # Read the active session now, not when the message came: /clear may have replaced it.
         session = await self.sessions.active_for_key(key)
 
+        display: LiveReply | DraftReply | None = None
+
         async def plan_reply(run_id: str, text: str) -> list[OutboxItem]:
-            item = Outbound(route, "reply", text, run_id, session_key=key, dedupe_key=f"reply:{run_id}")
+            # Where the answer streamed into a draft, the reply's first chunk replaces it.
+            edit_of = await display.reply_target() if display is not None else None
+            item = Outbound(
+                route, "reply", text, run_id, session_key=key, dedupe_key=f"reply:{run_id}", edit_of=edit_of
+            )
             return await self.delivery.plan(item)
 
         async with self.delivery.typing(route, key):
@@ -326,6 +333,9 @@ class Dispatcher:
                     route, key, f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}"
                 )
                 return
+        if display is not None:
+            # Drafts of text written before tool calls get their last edit (the reply took the last).
+            await display.close()
         if result.status == "skipped":
             log.debug("nothing new to answer in %s: an earlier run took the messages up", key)
             return

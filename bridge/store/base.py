@@ -132,6 +132,9 @@ class OutboxItem:
     # The worker that sends it, where several share the database: a dead worker's rows are taken
     # over by another (bridge.gateway.sharing). None: whoever recovers the outbox.
     worker_id: str | None = None
+    # The platform message this chunk replaces by editing it (a streamed draft); an edit is safe to
+    # repeat after a crash, where a send is not.
+    edit_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -288,6 +288,10 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE kind = 'tool_call' AND tool_name IN ('load_tool_group', 'load_skill')
         AND tool_status = 'success';
     """,
+    # 12: a reply's first chunk may edit the draft its answer streamed into, instead of a new message.
+    """
+    ALTER TABLE outbox ADD COLUMN edit_of TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from bridge.errors import AdapterStartError
+from bridge.events import Outbound, Route
 from tests.adapters.conftest import GROUP, OWNER, RigFactory, telegram_settings
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
@@ -282,3 +283,18 @@ async def test_a_bad_token_is_one_clear_error(
     with pytest.raises(AdapterStartError, match="rejected the bot token"):
         await adapter.start(ignore)  # type: ignore[arg-type]
     assert [m for m, _ in tg.calls] == ["getme"]
+
+
+async def test_a_draft_edited_into_a_reply_gets_the_replys_formatting(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    async with rig(fake_llm) as r:
+        route = Route("telegram", str(OWNER))
+        draft = await r.adapter.send(Outbound(route, "draft", "Hello **the"))
+        assert draft is not None
+        await r.adapter.edit_reply(route, draft, "Hello **there**, `x` is set.")
+        # The same text again is not an error (Telegram says "not modified").
+        await r.adapter.edit_reply(route, draft, "Hello **there**, `x` is set.")
+    [message] = tg.messages_in(OWNER)
+    assert message["text"] == "Hello there, x is set."
+    assert message["parse_mode"] == "HTML" and "<b>there</b>" in message["raw_text"]

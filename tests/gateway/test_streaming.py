@@ -4,12 +4,16 @@ shadowed chat shown nothing."""
 
 from __future__ import annotations
 
+import itertools
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge.events import Route
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
 from tests.gateway.test_send_policy import rules
-from tests.harness import Harness, StreamingSender, running_bridge
+from tests.harness import Harness, RecordingSender, StreamingSender, running_bridge
 
 
 async def streaming(h: Harness) -> StreamingSender:
@@ -101,3 +105,85 @@ async def test_a_surface_that_cannot_stream_gets_the_reply_whole(
         await h.say("hello")
     assert h.sender.of("reply") == ["all at once"]
     assert "stream" not in fake_llm.requests[0]
+
+
+@dataclass
+class DraftSender(RecordingSender):
+    """A surface that edits messages and shows answers as drafts (as Telegram and Discord can)."""
+
+    streams_drafts: bool = True
+    min_edit_interval_s: float = 0.2
+    # (message id, text, when) for each edit; replies that replaced a draft, by message id.
+    timed_edits: list[tuple[str, str, float]] = field(default_factory=list)
+    replaced: dict[str, str] = field(default_factory=dict)
+
+    async def edit(self, route: Route, message_id: str, text: str) -> None:
+        self.timed_edits.append((message_id, text, time.monotonic()))
+        await super().edit(route, message_id, text)
+
+    async def edit_reply(self, route: Route, message_id: str, text: str) -> None:
+        self.replaced[message_id] = text
+
+    def message(self, message_id: str) -> str:
+        """What a message shows now: the reply that replaced it, else its last edit, else as sent."""
+        if message_id in self.replaced:
+            return self.replaced[message_id]
+        edits = [text for mid, text, _ in self.timed_edits if mid == message_id]
+        return edits[-1] if edits else self.sent[int(message_id) - 1].text
+
+
+async def drafting(h: Harness) -> DraftSender:
+    sender = DraftSender()
+    h.bridge.add_sender(sender)
+    h.sender = sender
+    return sender
+
+
+async def test_the_answer_streams_into_a_draft_that_the_reply_then_replaces(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    answer = "A **draft** grows, edited at the platform's pace, until the reply replaces it."
+    fake_llm.push(fake.paced(fake.text(answer), 0.03))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        sender = await drafting(h)
+        await h.say("show me")
+        session = await h.bridge.sessions.active_for_key("main")
+        stored = await h.bridge.store.history(session.id, 50)
+        rows = await h.bridge.store.outbox()
+    [draft] = sender.sent
+    assert draft.kind == "draft" and answer.startswith(draft.text)
+    # Edited as it grew, never faster than the platform allows.
+    times = [when for _, _, when in sender.timed_edits]
+    assert len(times) >= 2
+    assert all(b - a >= 0.2 * 0.9 for a, b in itertools.pairwise(times))
+    assert all(answer.startswith(text) for _, text, _ in sender.timed_edits)
+    # The reply replaced the draft, formatted; no second message; what shows is what is stored.
+    assert sender.message("1") == answer == stored[-1].content
+    assert sender.of("reply") == []
+    # The reply's row is durable and names the draft it edits; the draft itself was never written.
+    assert [(r.item.kind, r.item.edit_of) for r in rows] == [("reply", "1")]
+
+
+async def test_text_before_tool_calls_keeps_its_own_draft_and_the_answer_gets_a_new_one(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("get_current_time", {}, content="Let me look at the clock."),
+        fake.text("It is noon."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        sender = await drafting(h)
+        await h.say("what time is it?")
+    kinds = [item.kind for item in sender.sent]
+    assert kinds == ["draft", "activity", "draft"]
+    assert sender.message("1") == "Let me look at the clock."
+    assert sender.message("3") == "It is noon."
+    assert sender.replaced == {"3": "It is noon."}
+
+
+async def test_a_shadowed_chat_gets_no_draft(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(fake.text("nobody sees this"))
+    async with running_bridge(tmp_path, fake_llm, session=rules(default="deny")) as h:
+        sender = await drafting(h)
+        await h.say("hello")
+    assert sender.sent == [] and sender.timed_edits == [] and sender.replaced == {}
