@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
 from bridge.agent.prompt import build_system_prompt
+from bridge.agent.runstate import (
+    CUT_SHORT_ERROR,
+    CUT_SHORT_NOTE,
+    LiveDisplay,
+    ReplyPlanner,
+    RunResult,
+    RunState,
+    RunStatus,
+)
 from bridge.agent.toolcalls import NullObserver, RunObserver, ToolCaller, not_run
 from bridge.agent.trace import RunTrace
-from bridge.config import DEFAULT_PROFILE, Settings
+from bridge.config import Settings
 from bridge.errors import BridgeError, ProviderError
 from bridge.live import LiveEvents
-from bridge.llm.base import ChatMessage, Completion, Provider, TextSink
+from bridge.llm.base import ChatMessage, Completion, Provider
 from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
 from bridge.metrics import Metrics
@@ -36,36 +43,6 @@ runs_log = logging.getLogger("bridge.runs")
 # Old traces are pruned after this many runs (and at start), not after every run.
 PRUNE_EVERY = 100
 RETRY_HINT = "Your message is saved: send /retry to try again."
-CUT_SHORT_NOTE = (
-    "\n\n⚠️ (The answer was cut off here: the model's connection broke. Send /retry for a new one.)"
-)
-# How runs.error begins for a run whose streamed answer broke off: /retry may redo such an answer.
-CUT_SHORT_ERROR = "the streamed answer was cut short"
-RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped", "skipped"]
-# The delivery rows of a run's reply (run id, text), written in the transaction that ends the run.
-ReplyPlanner = Callable[[str, str], Awaitable[list[OutboxItem]]]
-
-
-class LiveDisplay(Protocol):
-    """Where a chat watches the answer stream in: one TextSink per model request."""
-
-    def segment(self) -> TextSink: ...
-
-
-@dataclass(slots=True)
-class RunResult:
-    run_id: str
-    status: RunStatus
-    reply: str
-    iterations: int = 0
-    loaded_groups: set[str] = field(default_factory=set)
-    loaded_skills: set[str] = field(default_factory=set)
-    # Why a run was cut short (runs.error), when its reply is the model's last answer rather than that.
-    stop_reason: str | None = None
-    # The reply's delivery rows, queued with the answer; for the caller to hand to the courier.
-    outbox: list[OutboxRow] = field(default_factory=list)
-    # The session's history no longer fits its budget: time to compact it (after the reply).
-    over_budget: bool = False
 
 
 class AgentRunner:
@@ -165,7 +142,7 @@ class AgentRunner:
                 replay.pop()
         # The summary of older turns shares the budget; the newest turn is kept whatever it costs.
         budget = max(agent.history_max_chars - len(summary or ""), agent.history_max_chars // 2)
-        state = _RunState(
+        state = RunState(
             run_id=run_id,
             messages=within_budget(replay, budget),
             trace=RunTrace(run_id, session.id, session.key, channel, input_hash),
@@ -202,7 +179,7 @@ class AgentRunner:
         return await asyncio.shield(self._conclude(state, result, ctx.session.id, reply))
 
     async def _conclude(
-        self, state: _RunState, result: RunResult, session_id: str, reply: ReplyPlanner | None
+        self, state: RunState, result: RunResult, session_id: str, reply: ReplyPlanner | None
     ) -> RunResult:
         """Store the run's end with its answer and reply rows; if that fails, end it as an error that
         the user is told about, so a run is never left 'running' with nobody told."""
@@ -231,13 +208,13 @@ class AgentRunner:
         result.outbox = [OutboxRow(i, item, None, 0.0) for i, item in zip(ids, planned, strict=True)]
         return result
 
-    def _failed(self, state: _RunState, exc: BaseException) -> RunResult:
+    def _failed(self, state: RunState, exc: BaseException) -> RunResult:
         # A BridgeError may say what the user should hear; anything else is a bug, named but not shown.
         said = exc.user_message if isinstance(exc, BridgeError) else None
         what = said or f"Something went wrong while answering ({type(exc).__name__})."
         return self._end(state, "error", f"⚠️ {what} {RETRY_HINT}")
 
-    async def _loop(self, ctx: ToolContext, state: _RunState, observer: RunObserver) -> RunResult:
+    async def _loop(self, ctx: ToolContext, state: RunState, observer: RunObserver) -> RunResult:
         agent = self.settings.agent
         guard = LoopGuard(agent.loops)
         # An MCP server's group restored after a restart is listed once in this process, here, so its
@@ -325,7 +302,7 @@ class AgentRunner:
             ),
         )
 
-    async def _final_answer(self, state: _RunState, system: str, stop: Stop) -> RunResult:
+    async def _final_answer(self, state: RunState, system: str, stop: Stop) -> RunResult:
         """A run cut short asks once more, with no tools offered, for an answer from what it has.
 
         The user then gets an answer rather than an error; `stop.message` (why the run stopped) is the
@@ -344,7 +321,7 @@ class AgentRunner:
 
     async def _complete(
         self,
-        state: _RunState,
+        state: RunState,
         messages: list[ChatMessage],
         tools: list[dict[str, Any]],
         *,
@@ -371,7 +348,7 @@ class AgentRunner:
         except ProviderError as exc:
             raise fallback.failed_too(exc) from exc
 
-    def _fall_back(self, state: _RunState, name: str, exc: ProviderError) -> Fallback:
+    def _fall_back(self, state: RunState, name: str, exc: ProviderError) -> Fallback:
         """Hand the rest of the run to the fallback profile `name`, in the state and its trace."""
         log.warning(
             "run %s: model profile %s failed (%s); asking the fallback profile %s",
@@ -387,7 +364,7 @@ class AgentRunner:
         return state.fallback
 
     async def _ask(
-        self, state: _RunState, messages: list[ChatMessage], tools: list[dict[str, Any]], *, final: bool
+        self, state: RunState, messages: list[ChatMessage], tools: list[dict[str, Any]], *, final: bool
     ) -> Completion:
         """One request to the profile answering now, recorded in the trace."""
         started = RunTrace.clock()
@@ -416,17 +393,17 @@ class AgentRunner:
         state.add_usage(completion)
         return completion
 
-    def _count_request(self, state: _RunState, started: float, *, failed: bool) -> None:
+    def _count_request(self, state: RunState, started: float, *, failed: bool) -> None:
         if self.metrics is not None:
             provider = self.profiles.settings(state.answering).provider
             self.metrics.model_request(provider, RunTrace.clock() - started, failed=failed)
 
-    def _end(self, state: _RunState, status: RunStatus, reply: str) -> RunResult:
+    def _end(self, state: RunState, status: RunStatus, reply: str) -> RunResult:
         return RunResult(state.run_id, status, reply, state.iterations)
 
     async def _finish(
         self,
-        state: _RunState,
+        state: RunState,
         status: str,
         error: str | None,
         *,
@@ -459,7 +436,7 @@ class AgentRunner:
             await self.store.prune_traces(keep)
         return ids
 
-    def _report(self, state: _RunState, status: str) -> None:
+    def _report(self, state: RunState, status: str) -> None:
         """One log line per finished run (its fields as `extra` for the JSON log), and its metrics."""
         seconds = state.trace.elapsed()
         tokens = state.prompt_tokens + state.completion_tokens
@@ -492,32 +469,3 @@ class AgentRunner:
             tokens=tokens,
             ms=round(seconds * 1000),
         )
-
-
-@dataclass(slots=True)
-class _RunState:
-    run_id: str
-    messages: list[ChatMessage]
-    trace: RunTrace
-    memories: list[str] = field(default_factory=list)
-    # The summary of the turns before `messages`, replayed in the system prompt.
-    summary: str | None = None
-    iterations: int = 0
-    corrected: bool = False  # a malformed call was answered with a correction once already
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    # The profile answering now: the session's, or its fallback once that took over.
-    answering: str = DEFAULT_PROFILE
-    # The answering profile's provider; None means the runner's default.
-    provider: Provider | None = None
-    fallback: Fallback | None = None
-    # The queued writes of this run's tool records (see ToolCalls.call).
-    writes: list[asyncio.Task[None]] = field(default_factory=list)
-    # Where the chat watches the answer stream in; None where it cannot.
-    display: LiveDisplay | None = None
-    # Why a streamed answer broke off after part of it was shown.
-    cut_short: str | None = None
-
-    def add_usage(self, completion: Completion) -> None:
-        self.prompt_tokens += completion.usage.prompt_tokens
-        self.completion_tokens += completion.usage.completion_tokens

@@ -8,7 +8,8 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bridge.agent.runner import AgentRunner, RunResult
+from bridge.agent.runner import AgentRunner
+from bridge.agent.runstate import RunResult
 from bridge.config import Settings
 from bridge.events import Outbound, Route
 from bridge.gateway.delivery import Delivery

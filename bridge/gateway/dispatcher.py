@@ -9,7 +9,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from bridge.agent.compaction import Compactor
-from bridge.agent.runner import CUT_SHORT_ERROR, RETRY_HINT, AgentRunner
+from bridge.agent.runner import RETRY_HINT, AgentRunner
+from bridge.agent.runstate import CUT_SHORT_ERROR
 from bridge.config import RunsSettings
 from bridge.errors import IntakeUnavailable, StoreError
 from bridge.events import Inbound, Outbound, Route
