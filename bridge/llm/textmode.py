@@ -7,7 +7,7 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -357,16 +357,12 @@ class TextModeProvider:
     async def complete(
         self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
     ) -> Completion:
-        held = HoldBack(sink) if sink is not None else None
         text_messages = to_text_messages(messages, tools, self._result_role)
-        if held is not None:
-            completion = await self.inner.complete(text_messages, [], held)
-        else:
-            completion = await self.inner.complete(text_messages, [])
-        answer = self._read(messages, tools, completion)
-        if held is not None and not answer.tool_calls and answer.correction is None:
-            await held.finish(answer.content)
-        return answer
+        return await _held_back(
+            lambda out: self.inner.complete(text_messages, [], *out),
+            lambda completion: self._read(messages, tools, completion),
+            sink,
+        )
 
     def _read(
         self, messages: list[ChatMessage], tools: list[dict[str, Any]], completion: Completion
@@ -422,18 +418,15 @@ class NativeModeProvider:
     async def complete(
         self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
     ) -> Completion:
-        # A call leaked into the text is held back as it streams, as in text mode.
-        held = HoldBack(sink) if sink is not None and tools else None
-        if held is not None:
-            completion = await self.inner.complete(messages, tools, held)
-        elif sink is not None:
-            completion = await self.inner.complete(messages, tools, sink)
-        else:
-            completion = await self.inner.complete(messages, tools)
-        answer = self._read(messages, tools, completion)
-        if held is not None and not answer.tool_calls and answer.correction is None:
-            await held.finish(answer.content)
-        return answer
+        # A call leaked into the text is held back as it streams, as in text mode; with no tools
+        # offered (a run's last request) the text is only ever the answer, shown as it comes.
+        if sink is not None and not tools:
+            return await self.inner.complete(messages, tools, sink)
+        return await _held_back(
+            lambda out: self.inner.complete(messages, tools, *out),
+            lambda completion: self._read(messages, tools, completion),
+            sink,
+        )
 
     def _read(
         self, messages: list[ChatMessage], tools: list[dict[str, Any]], completion: Completion
@@ -453,6 +446,21 @@ class NativeModeProvider:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+async def _held_back(
+    ask: Callable[[tuple[TextSink, ...]], Awaitable[Completion]],
+    read: Callable[[Completion], Completion],
+    sink: TextSink | None,
+) -> Completion:
+    """Ask (streaming into `sink` through a HoldBack, if there is a sink), read the answer, then show
+    what was held back when the answer is text rather than a call. The inner provider gets a sink
+    argument only when there is one, as a provider written before streaming takes none."""
+    held = HoldBack(sink) if sink is not None else None
+    answer = read(await ask((held,) if held is not None else ()))
+    if held is not None and not answer.tool_calls and answer.correction is None:
+        await held.finish(answer.content)
+    return answer
 
 
 class _Allowed:

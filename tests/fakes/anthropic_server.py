@@ -15,7 +15,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from tests.fakes.loopback import LoopbackServer
-from tests.fakes.openai_server import Reply, delay
+from tests.fakes.openai_server import Reply, delay, write_events
 
 __all__ = [
     "FakeAnthropic",
@@ -238,18 +238,8 @@ class FakeAnthropic(LoopbackServer):
 
     async def _stream(self, request: web.Request, reply: Reply) -> web.StreamResponse:
         assert isinstance(reply.body, dict)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
-        await response.prepare(request)
-        for number, event in enumerate(stream_events(reply.body)):
-            if reply.cut_after is not None and number >= reply.cut_after:
-                assert request.transport is not None
-                request.transport.close()
-                return response
-            if reply.chunk_delay_s:
-                await asyncio.sleep(reply.chunk_delay_s)
-            await response.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-        await response.write_eof()
-        return response
+        events = [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in stream_events(reply.body)]
+        return await write_events(request, reply, events)
 
     def _next_reply(self) -> Reply:
         if self._replies:

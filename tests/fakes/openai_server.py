@@ -149,6 +149,23 @@ def stream_chunks(body: dict[str, Any], usage: bool) -> list[dict[str, Any]]:
     return chunks
 
 
+async def write_events(request: web.Request, reply: Reply, events: list[str]) -> web.StreamResponse:
+    """Send server-sent events as `reply` says: paced, or dropped mid-way after `cut_after` of them."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
+    await response.prepare(request)
+    for number, event in enumerate(events):
+        if reply.cut_after is not None and number >= reply.cut_after:
+            # Dropped mid-answer, as a crashed server or a cut connection would.
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        if reply.chunk_delay_s:
+            await asyncio.sleep(reply.chunk_delay_s)
+        await response.write(event.encode())
+    await response.write_eof()
+    return response
+
+
 def malformed() -> Reply:
     """A 200 whose body claims to be JSON but is cut off mid-way."""
     return Reply(body=b'{"id": "chatcmpl-broken", "choices": [{"message": {"role": "assist')
@@ -246,21 +263,8 @@ class FakeOpenAI(LoopbackServer):
     async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply) -> web.StreamResponse:
         assert isinstance(reply.body, dict)
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        chunks = stream_chunks(reply.body, usage)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
-        await response.prepare(request)
-        for number, chunk in enumerate(chunks):
-            if reply.cut_after is not None and number >= reply.cut_after:
-                # Dropped mid-answer, as a crashed server or a cut connection would.
-                assert request.transport is not None
-                request.transport.close()
-                return response
-            if reply.chunk_delay_s:
-                await asyncio.sleep(reply.chunk_delay_s)
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+        events = [f"data: {json.dumps(chunk)}\n\n" for chunk in stream_chunks(reply.body, usage)]
+        return await write_events(request, reply, [*events, "data: [DONE]\n\n"])
 
     async def _next_reply(self, body: dict[str, Any], index: int) -> Reply:
         if self.script is not None:

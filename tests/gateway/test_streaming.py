@@ -8,6 +8,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from bridge.events import Route
 from tests.fakes import openai_server as fake
@@ -15,12 +16,18 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.gateway.test_send_policy import rules
 from tests.harness import Harness, RecordingSender, StreamingSender, running_bridge
 
+S = TypeVar("S", bound=RecordingSender)
 
-async def streaming(h: Harness) -> StreamingSender:
-    sender = StreamingSender()
+
+async def using(h: Harness, sender: S) -> S:
+    """`sender` in place of the harness's own, on surface "test"."""
     h.bridge.add_sender(sender)
     h.sender = sender
     return sender
+
+
+async def streaming(h: Harness) -> StreamingSender:
+    return await using(h, StreamingSender())
 
 
 async def test_the_answer_streams_in_pieces_and_the_reply_is_what_streamed(
@@ -133,10 +140,7 @@ class DraftSender(RecordingSender):
 
 
 async def drafting(h: Harness) -> DraftSender:
-    sender = DraftSender()
-    h.bridge.add_sender(sender)
-    h.sender = sender
-    return sender
+    return await using(h, DraftSender())
 
 
 async def test_the_answer_streams_into_a_draft_that_the_reply_then_replaces(

@@ -37,6 +37,20 @@ async def call(bench: McpBench, tool: str, **arguments: Any) -> ToolResult:
     return await caller.execute(bench.context, ToolCall("c1", tool, json.dumps(arguments)))
 
 
+def hanging_server(tmp_path: Path, timeout_s: float) -> tuple[Path, dict[str, Any]]:
+    """A server entry whose process starts, writes its pid to the returned file, and never answers."""
+    pid_file = tmp_path / "hang.pid"
+    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    entry = {
+        "name": "hang",
+        "description": "Starts, never answers.",
+        "command": sys.executable,
+        "args": ["-c", script],
+        "timeout_s": timeout_s,
+    }
+    return pid_file, entry
+
+
 async def load(bench: McpBench, group: str = "fake") -> ToolResult:
     return await call(bench, "load_tool_group", group_name=group)
 
@@ -167,15 +181,7 @@ async def test_a_server_that_never_starts_is_a_recoverable_error_with_back_off(t
 async def test_a_server_that_hangs_at_start_times_out_and_its_process_is_ended(
     tmp_path: Path, mcp_log: Path
 ) -> None:
-    pid_file = tmp_path / "hang.pid"
-    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
-    hanging = {
-        "name": "hang",
-        "description": "Starts, never answers.",
-        "command": sys.executable,
-        "args": ["-c", script],
-        "timeout_s": 1,
-    }
+    pid_file, hanging = hanging_server(tmp_path, timeout_s=1)
     async with mcp_registry(tmp_path, hanging) as bench:
         result = await load(bench, "hang")
         pid = int(await eventually(lambda: pid_file.exists() and pid_file.read_text(), "the pid"))
@@ -339,15 +345,7 @@ async def test_what_a_stdio_server_writes_to_stderr_goes_into_bridges_log(
 
 
 async def test_a_load_stopped_while_the_server_starts_leaves_no_connection_behind(tmp_path: Path) -> None:
-    pid_file = tmp_path / "hang.pid"
-    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
-    hanging = {
-        "name": "hang",
-        "description": "Starts, never answers.",
-        "command": sys.executable,
-        "args": ["-c", script],
-        "timeout_s": 60,
-    }
+    pid_file, hanging = hanging_server(tmp_path, timeout_s=60)
     settings = mcp_settings(tmp_path, hanging, tools={"timeouts": {"load_tool_group": 0.5}})
     bench = McpBench(settings, build_registry(settings))
     result = await load(bench, "hang")
