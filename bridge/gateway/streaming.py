@@ -101,7 +101,7 @@ class DraftReply:
         late edit can undo the reply). None where it showed nothing or was not sent in time."""
         await self.close(final_edits=False)
         last = self._segments[-1] if self._segments else None
-        if last is None or last.sent is None:
+        if last is None or last.sent is None or last.sent.cancelled():
             return None
         try:
             return await asyncio.wait_for(asyncio.shield(last.sent), DRAFT_WAIT_S)
@@ -155,7 +155,9 @@ class DraftSegment:
             self._flusher = asyncio.create_task(self._flush(self.sent), name="draft-edits")
 
     async def _flush(self, sent: asyncio.Future[str | None]) -> None:
-        message_id = await sent
+        # Shielded: stopping the edits cancels this task, and a task's cancel would otherwise cancel
+        # the future it awaits, which the reply still needs (reply_target).
+        message_id = await asyncio.shield(sent)
         if message_id is None:
             self._pending.clear()
             return

@@ -4,13 +4,14 @@ shadowed chat shown nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from bridge.events import Route
+from bridge.events import Outbound, Route
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
 from tests.gateway.test_send_policy import rules
@@ -191,3 +192,27 @@ async def test_a_shadowed_chat_gets_no_draft(tmp_path: Path, fake_llm: FakeOpenA
         sender = await drafting(h)
         await h.say("hello")
     assert sender.sent == [] and sender.timed_edits == [] and sender.replaced == {}
+
+
+@dataclass
+class SlowDraftSender(DraftSender):
+    """A platform slow to take a new message: the answer is complete before its draft is sent."""
+
+    async def send(self, item: Outbound) -> str | None:
+        if item.kind == "draft":
+            await asyncio.sleep(0.3)
+        return await super().send(item)
+
+
+async def test_a_reply_replaces_a_draft_the_platform_took_its_time_to_send(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # The draft's edits are stopped while its send is still on its way: stopping them must not cancel
+    # the send the reply waits for (it did: the run then hung with its row left `running`).
+    fake_llm.push(fake.text("Quick answer, slow platform."))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        sender = await using(h, SlowDraftSender())
+        await h.say("hello")
+        [(run, _)] = await h.bridge.store.list_runs(session_key="main", limit=1)
+    assert run.status == "ok"
+    assert sender.replaced == {"1": "Quick answer, slow platform."}
