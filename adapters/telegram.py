@@ -108,6 +108,9 @@ class TelegramAdapter:
     text_limit = TEXT_LIMIT
     # Telegram allows about one message or edit a second per chat; activity edits are coalesced to that.
     min_edit_interval_s = 1.0
+    # The answer streams into a draft message, edited at most that often; the reply then edits it
+    # into its first chunk, formatted (bridge.gateway.streaming.DraftReply).
+    streams_drafts = True
     # Set by the core where several workers listen at once (sharing a database): they share the port.
     shared_intake = False
 

@@ -73,13 +73,20 @@ async def start_bridge(cwd: Path, *args: str, stdin: bool = False, **env: str) -
 
 
 def telegram_run_config(
-    tmp_path: Path, owner: int, token: str, api_base: str, llm_url: str, extra: str = ""
+    tmp_path: Path,
+    owner: int,
+    token: str,
+    api_base: str,
+    llm_url: str,
+    extra: str = "",
+    *,
+    stream: bool = True,
 ) -> Path:
     """A config.toml in tmp_path for `bridge run` on Telegram: one owner, the fake model, `extra` TOML."""
     config = tmp_path / "config.toml"
     config.write_text(
         f'owners = ["telegram:{owner}"]\n'
-        f'[llm]\nbase_url = "{llm_url}"\nmodel = "fake"\nmax_retries = 0\n'
+        f'[llm]\nbase_url = "{llm_url}"\nmodel = "fake"\nmax_retries = 0\nstream = {str(stream).lower()}\n'
         f'[storage]\npath = "{tmp_path / "bridge.db"}"\n'
         f'[telegram]\nenabled = true\ntoken = "{token}"\napi_base = "{api_base}"\npoll_timeout_s = 1\n'
         f"{extra}",

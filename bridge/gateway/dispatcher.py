@@ -305,7 +305,10 @@ class Dispatcher:
 
         async with self.delivery.typing(route, key):
             reporter = self.delivery.activity(route, session_key=key)
-            display = await self.delivery.live_reply(route, key, reporter)
+            # Only where answers stream ([llm] stream): a display with nothing streaming into it would
+            # show the whole answer as a draft, then replace it with itself.
+            if self.runner.settings.llm.stream:
+                display = await self.delivery.live_reply(route, key, reporter)
             try:
                 result = await self.runner.run(
                     session,

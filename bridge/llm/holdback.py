@@ -62,6 +62,9 @@ class HoldBack:
     async def finish(self, answer: str) -> None:
         """The complete answer as the chat will get it ("" for a call): show what was held back, if
         the answer goes on from what was shown."""
+        if not self._text:
+            # Nothing streamed (the provider answered whole): there is nothing to finish showing.
+            return
         shown = self._text[: self._sent]
         if answer.startswith(shown) and len(answer) > len(shown):
             await self.outer.text(answer[len(shown) :])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -43,9 +44,16 @@ class TelegramRig:
     async def sent_to(
         self, chat_id: int, n: int, thread_id: int | None = None, within: float = 5.0
     ) -> list[dict]:
-        """Wait until at least n messages were sent to the chat; return them (current text)."""
+        """Wait until at least n messages were sent to the chat and the answers are finished (a reply
+        streams into a draft first); return them (current text)."""
         await self.tg.wait_for(lambda: len(self.tg.messages_in(chat_id, thread_id)) >= n, within)
+        await asyncio.wait_for(self.settled(), within)
         return self.tg.messages_in(chat_id, thread_id)
+
+    async def settled(self) -> None:
+        """No answer is running and nothing waits to be sent or edited."""
+        await self.bridge.lanes.idle()
+        await self.bridge.delivery.idle()
 
     def requests_with_user_text(self, text: str) -> list[int]:
         return [
@@ -99,8 +107,10 @@ def rig(tmp_path: Path, tg: FakeTelegram) -> RigFactory:
     """`async with rig(llm, **telegram_settings) as r:` runs Bridge + TelegramAdapter until the block ends."""
 
     @asynccontextmanager
-    async def make(llm: FakeOpenAI, **telegram: Any) -> AsyncIterator[TelegramRig]:
+    async def make(llm: FakeOpenAI, *, stream: bool = True, **telegram: Any) -> AsyncIterator[TelegramRig]:
         settings = telegram_settings(tmp_path, tg, llm, **telegram)
+        # stream=False: each reply is sent whole, for tests of what happens to the reply's own send.
+        settings.llm.stream = stream
         waits: list[float] = []
 
         async def no_wait(seconds: float) -> None:

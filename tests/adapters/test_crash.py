@@ -18,7 +18,8 @@ from tests.processes import bridge_process, bridge_running, kill9, telegram_run_
 
 
 def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI) -> Path:
-    return telegram_run_config(tmp_path, OWNER, tg.token, tg.api_base, llm.base_url)
+    # Whole replies: these kills aim at the reply's own sendMessage, which a draft would come before.
+    return telegram_run_config(tmp_path, OWNER, tg.token, tg.api_base, llm.base_url, stream=False)
 
 
 class CrashModel:

@@ -77,7 +77,8 @@ async def test_a_send_that_keeps_failing_is_logged_and_the_bot_carries_on(
     rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake_llm.push(fake.text("lost to the network"), fake.text("this one arrives"))
-    async with rig(fake_llm) as r:
+    # Whole replies: the failures aim at the reply's own sendMessage.
+    async with rig(fake_llm, stream=False) as r:
         tg.fail_next("sendMessage", "502", times=5)
         tg.dm(OWNER, "first")
         await tg.wait_for(lambda: sum(1 for c in tg.calls if c[0] == "sendmessage") >= 5)

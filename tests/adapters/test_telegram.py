@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -176,11 +177,23 @@ async def test_markup_telegram_refuses_is_resent_once_as_plain_text(
     rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
 ) -> None:
     fake_llm.push(fake.text("**bold** answer"))
-    async with rig(fake_llm) as r:
+    async with rig(fake_llm, stream=False) as r:
         tg.fail_next("sendMessage", "400", description="Bad Request: can't parse entities: unclosed tag")
         tg.dm(OWNER, "hi")
         [reply] = await r.sent_to(OWNER, 1)
         await asyncio.sleep(0)  # let any (wrong) duplicate send surface before counting
+    assert reply["text"] == "**bold** answer" and reply["parse_mode"] is None
+    assert len(tg.messages_in(OWNER)) == 1
+
+
+async def test_markup_telegram_refuses_in_the_edit_of_a_draft_is_edited_again_as_plain_text(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("**bold** answer"))
+    async with rig(fake_llm) as r:
+        tg.fail_next("editMessageText", "400", description="Bad Request: can't parse entities: unclosed tag")
+        tg.dm(OWNER, "hi")
+        [reply] = await r.sent_to(OWNER, 1)
     assert reply["text"] == "**bold** answer" and reply["parse_mode"] is None
     assert len(tg.messages_in(OWNER)) == 1
 
@@ -298,3 +311,30 @@ async def test_a_draft_edited_into_a_reply_gets_the_replys_formatting(
     [message] = tg.messages_in(OWNER)
     assert message["text"] == "Hello there, x is set."
     assert message["parse_mode"] == "HTML" and "<b>there</b>" in message["raw_text"]
+
+
+async def test_an_answer_streams_into_one_message_edited_at_the_platforms_rate(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    answer = "A long answer that arrives a few characters at a time, **formatted** once it is whole."
+    fake_llm.push(fake.paced(fake.text(answer), 0.04))
+    async with rig(fake_llm) as r:
+        r.adapter.min_edit_interval_s = 0.3
+        started = time.monotonic()
+        tg.dm(OWNER, "tell me")
+        [message] = await r.sent_to(OWNER, 1)
+        took = time.monotonic() - started
+        main = await r.bridge.store.active_session("main")
+        assert main is not None
+        stored = await r.bridge.store.history(main.id, 10)
+    # One message: the draft, edited as the text grew, then into the formatted reply.
+    assert (
+        message["text"]
+        == "A long answer that arrives a few characters at a time, formatted once it is whole."
+    )
+    assert message["parse_mode"] == "HTML" and "<b>formatted</b>" in message["raw_text"]
+    assert stored[-1].content == answer
+    edits = [e for e in tg.edits if e["message_id"] == message["message_id"]]
+    # At least one edit while it streamed, and never more than the rate allows (plus the reply's).
+    assert 2 <= len(edits) <= took / 0.3 + 2
+    assert [c for c in tg.methods() if c == "sendmessage"] == ["sendmessage"]

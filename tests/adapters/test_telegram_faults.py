@@ -43,7 +43,7 @@ async def test_a_reply_telegram_never_accepts_is_marked_failed_and_the_next_mess
     rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_path: Path
 ) -> None:
     fake_llm.push(fake.text("lost in the outage"), fake.text("second answer"))
-    async with rig(fake_llm) as r:
+    async with rig(fake_llm, stream=False) as r:  # the reply's own sendMessage never lands
         tg.fail_next("sendMessage", "502", times=MAX_ATTEMPTS)
         tg.dm(OWNER, "first")
         await tg.wait_for(lambda: len([c for c in tg.calls if c[0] == "sendmessage"]) >= MAX_ATTEMPTS, 10)

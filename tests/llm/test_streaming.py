@@ -263,3 +263,15 @@ async def test_the_anthropic_provider_streams_and_puts_the_message_back_together
     assert second_sink.whole == "Sunny in Oslo." and len(second_sink.pieces) > 2
     assert (second.usage.prompt_tokens, second.usage.completion_tokens) == (20, 4)
     assert server.requests[0]["stream"] is True
+
+
+async def test_with_stream_off_a_wrapper_shows_nothing_of_the_whole_answer(fake_llm: FakeOpenAI) -> None:
+    settings = LLMSettings(base_url=fake_llm.base_url, model="m", stream=False, max_retries=0)
+    provider = OpenAIProvider(settings)
+    fake_llm.push(fake.text("asked whole"))
+    sink = RecordingSink()
+    try:
+        completion = await TextModeProvider(provider).complete(HELLO, TOOLS, sink)
+    finally:
+        await provider.aclose()
+    assert completion.content == "asked whole" and sink.pieces == []
