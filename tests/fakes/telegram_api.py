@@ -513,6 +513,10 @@ class FakeTelegram(LoopbackServer):
 
     # -- what the bot did ------------------------------------------------------------------
 
+    def messages(self) -> list[dict[str, Any]]:
+        """Every message the bot sent, in the order sent, with its text after edits."""
+        return [copy.deepcopy(record) for record in self._current.values()]
+
     def messages_in(self, chat_id: int, thread_id: int | None = None) -> list[dict[str, Any]]:
         """Messages the bot sent to `chat_id` (thread_id None → every thread), with text after edits."""
         return [

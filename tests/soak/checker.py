@@ -9,6 +9,7 @@ from typing import Any
 
 from tests.invariants import rows
 from tests.soak.harness import Soak
+from tests.soak.model import ANSWER_PREFIX
 
 SHUTDOWN_NOTICE = "⚠️ Bridge is shutting down and had to stop this answer"
 ACTIVITY_MARK = "⚙"
@@ -46,6 +47,8 @@ class Findings:
     answered: int = 0
     interrupted: int = 0
     shut_down: int = 0
+    # Answers a kill cut off while they streamed into their message (the chat was told).
+    cut_drafts: int = 0
     problems: list[str] = field(default_factory=list)
 
     def problem(self, text: str) -> None:
@@ -183,7 +186,8 @@ def _outcome(run: Run | None, by_key: dict[str, list[Row]], shutdown_notices: li
 
 def check_deliveries(soak: Soak, outbox: list[Row], found: Findings) -> None:
     """Each reply or notice chunk arrived once; more only for a row a kill caught `sending`."""
-    received = Counter((m["chat_id"], visible(m["text"])) for m in soak.tg.sent)
+    # Each message as it reads now: an answer streams into its message, which the reply then edits.
+    received = Counter((m["chat_id"], visible(m["text"])) for m in soak.tg.messages())
     grouped: defaultdict[tuple[int, str], list[Row]] = defaultdict(list)
     for row in outbox:
         if row.kind in ("reply", "notice"):
@@ -211,6 +215,10 @@ def check_deliveries(soak: Soak, outbox: list[Row], found: Findings) -> None:
     for (chat_id, text), got in received.items():
         if text.startswith(ACTIVITY_MARK):
             activity[chat_id] -= got
+        elif ANSWER_PREFIX.startswith(text) or text.startswith(ANSWER_PREFIX.strip()):
+            # A draft no reply replaced: the kill came while the answer streamed into it. Its run was
+            # then interrupted (and the chat told) or answered anew in a message of its own.
+            found.cut_drafts += got
         else:
             found.problem(f"chat {chat_id} received {got} message(s) no outbox row explains: {text[:100]!r}")
     for chat_id, left in activity.items():

@@ -67,7 +67,7 @@ async def test_random_kills_lose_nothing_and_every_message_is_answered_or_told(
         f"mid-send {sum(k.mid_send for k in kills)}; a kill may be several) lost={found.lost} "
         f"doubled={found.doubled} unannounced={found.unannounced} "
         f"(answered {found.answered}, told interrupted {found.interrupted}, "
-        f"told shut down {found.shut_down}) "
+        f"told shut down {found.shut_down}, drafts cut by a kill {found.cut_drafts}) "
         f"model requests={model.requests} slowest SIGTERM exit={max(soak.stop_times, default=0):.1f} s "
         f"seconds={time.monotonic() - started:.0f} seed={soak_size.seed}"
     )
