@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-import json
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ from bench.common import table, write_results
 from bridge.agent.prompt import build_system_prompt
 from bridge.config import Settings
 from bridge.store.base import SessionRow
-from bridge.tools.base import Tool
+from bridge.tools.base import Tool, schemas_json
 from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
 
@@ -49,11 +47,6 @@ def session() -> SessionRow:
         display_name="Anna Schmidt",
         last_route="telegram:123456789",
     )
-
-
-def schemas_json(tools: Iterable[Tool]) -> str:
-    """The tools exactly as a request carries them: the JSON list of their function schemas."""
-    return json.dumps([tool.schema() for tool in tools])
 
 
 def measure(

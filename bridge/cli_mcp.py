@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.cli import EXIT_RUNTIME
 from bridge.config import Settings
 from bridge.errors import ToolSourceError
+from bridge.tools.base import schemas_json
 
 if TYPE_CHECKING:
     from bridge.mcp.group import McpToolSource
@@ -44,11 +44,6 @@ def token_counter() -> tuple[Any, str]:
     return (lambda text: len(encoding.encode(text))), ""
 
 
-def schema_text(tools: list[Tool]) -> str:
-    """Tools as a request carries them: the JSON list of their function schemas."""
-    return json.dumps([tool.schema() for tool in tools])
-
-
 async def run(settings: Settings, args: Any) -> int:
     from bridge.tools.catalog import build_registry
 
@@ -79,12 +74,12 @@ async def run(settings: Settings, args: Any) -> int:
                 print(f"{name} ({where.strip()}): {outcome}\n")
                 continue
             tools = list(outcome)
-            total = count(schema_text(tools))
+            total = count(schemas_json(tools))
             print(f"{name} ({where.strip()}): {len(tools)} tools, {approx}{total:,} schema tokens")
             width = max((len(t.name) for t in tools), default=0)
             for tool in tools:
                 first = tool.description.split(". ")[0][:70]
-                print(f"  {tool.name:<{width}}  {approx}{count(schema_text([tool])):>5,} tok  {first}")
+                print(f"  {tool.name:<{width}}  {approx}{count(schemas_json([tool])):>5,} tok  {first}")
             for original, why in source.left_out.items():
                 print(f"  (left out: {original}: {why})")
             print()

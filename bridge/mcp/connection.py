@@ -120,10 +120,6 @@ class McpConnection:
         # offer them without reconnecting; None until first listed.
         self.tools: list[mt.Tool] | None = None
 
-    @property
-    def connected(self) -> bool:
-        return self._link is not None
-
     # ------------------------------------------------------------------ use
 
     async def list_tools(self) -> list[mt.Tool]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -155,6 +155,12 @@ class ToolGroup:
     @property
     def title(self) -> str:
         return self.display_name or self.name.replace("_", " ").title()
+
+
+def schemas_json(tools: Iterable[Tool]) -> str:
+    """Tools exactly as a request carries them: the JSON list of their function schemas (what their
+    token cost is counted on)."""
+    return json.dumps([tool.schema() for tool in tools])
 
 
 def params(properties: dict[str, Any] | None = None, required: list[str] | None = None) -> dict[str, Any]:
