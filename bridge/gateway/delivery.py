@@ -254,7 +254,7 @@ class Delivery:
             return LiveReply(cast(StreamingSender, sender), route, activity)
         if getattr(sender, "streams_drafts", False):
             interval = float(getattr(sender, "min_edit_interval_s", 0.0))
-            return DraftReply(self, route, session_key, activity, interval)
+            return DraftReply(self, route, session_key, interval)
         return None
 
     @contextlib.asynccontextmanager

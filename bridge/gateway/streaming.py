@@ -69,7 +69,10 @@ class LiveSegment:
         if not delta:
             return
         if not self._shown:
-            await self.reply.activity.settled()
+            # Printed directly, not through the courier: wait (a little, at most) for the tool
+            # activity the courier prints, so a tool line never lands inside the answer.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.reply.activity.settled(), DRAFT_WAIT_S)
             self._shown = True
         await self.reply.sender.stream(self.reply.route, delta)
 
@@ -79,15 +82,12 @@ class DraftReply:
     draft message as it streams, edited at most once per the platform's min_edit_interval_s. The
     reply then edits the last draft into its first chunk, formatted (reply_target)."""
 
-    def __init__(
-        self, delivery: Delivery, route: Route, session_key: str, activity: ActivityReporter, interval: float
-    ) -> None:
+    def __init__(self, delivery: Delivery, route: Route, session_key: str, interval: float) -> None:
         self.delivery = delivery
         # The draft answers the user's message as the reply would (Telegram quotes it in groups); the
         # reply, which edits it, keeps that.
         self.route = route
         self.session_key = session_key
-        self.activity = activity
         self.interval = interval
         self._segments: list[DraftSegment] = []
 
@@ -143,8 +143,8 @@ class DraftSegment:
         self.body += delta
         reply = self.reply
         if self.sent is None:
-            # After the tool activity queued before it, so the draft comes below it.
-            await reply.activity.settled()
+            # Queued, not awaited: the courier keeps the chat's order (the draft comes below the tool
+            # activity queued before it), and the run never waits for the platform.
             self._shown = self.body
             # Not written to the outbox: a draft left from a crash is not sent again at the next start.
             draft = Outbound(reply.route, "draft", self.body, session_key=reply.session_key)
@@ -183,7 +183,12 @@ class DraftSegment:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        if flush and self.sent is not None:
-            message_id = await self.sent
+        if flush and self.sent is not None and not self.sent.cancelled():
+            # Bounded like reply_target: the reply is planned after this, and a platform that hangs
+            # on the draft must not keep the answer from being stored.
+            try:
+                message_id = await asyncio.wait_for(asyncio.shield(self.sent), DRAFT_WAIT_S)
+            except TimeoutError:
+                return
             if message_id is not None:
                 await self._edit(message_id)

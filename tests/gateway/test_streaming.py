@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from bridge.events import Outbound, Route
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI
@@ -216,3 +218,42 @@ async def test_a_reply_replaces_a_draft_the_platform_took_its_time_to_send(
         [(run, _)] = await h.bridge.store.list_runs(session_key="main", limit=1)
     assert run.status == "ok"
     assert sender.replaced == {"1": "Quick answer, slow platform."}
+
+
+@dataclass
+class HangingDraftSender(DraftSender):
+    """A platform that never answers a new message: every draft send hangs."""
+
+    async def send(self, item: Outbound) -> str | None:
+        if item.kind == "draft":
+            await asyncio.Event().wait()
+        return await super().send(item)
+
+
+async def test_a_platform_hanging_on_drafts_never_keeps_the_answer_from_being_stored(
+    tmp_path: Path, fake_llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bridge.gateway import streaming as module
+
+    monkeypatch.setattr(module, "DRAFT_WAIT_S", 0.2)
+    fake_llm.push(
+        fake.tool_call("get_current_time", {}, content="Let me look at the clock."),
+        fake.text("It is noon."),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await using(h, HangingDraftSender())
+        done = await h.bridge.handle(h.inbound("what time is it?"))
+
+        async def answered() -> bool:
+            runs = await h.bridge.store.list_runs(session_key="main", limit=1)
+            return bool(runs) and runs[0][0].status == "ok"
+
+        deadline = asyncio.get_running_loop().time() + 5
+        while not await answered():
+            assert asyncio.get_running_loop().time() < deadline, "the answer was never stored"
+            await asyncio.sleep(0.05)
+        session = await h.bridge.sessions.active_for_key("main")
+        stored = await h.bridge.store.history(session.id, 50)
+        assert done is not None
+        done.cancel()
+    assert stored[-1].content == "It is noon."
