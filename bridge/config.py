@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from bridge.config_base import Section as _Section
 from bridge.config_mcp import McpSettings
+from bridge.config_media import MediaSettings, SttSettings
 from bridge.config_skills import SkillsSettings
 from bridge.config_tasks import HookSettings, TasksSettings, check_hooks
 
@@ -83,6 +84,7 @@ class LLMProfile(_Section):
     max_tokens: int | None = Field(None, gt=0)
     tool_mode: Literal["native", "text"] | None = None
     text_result_role: Literal["tool", "user"] | None = None
+    vision: bool | None = None
     # Read from the environment when the settings are loaded, so the log and trace redactors know it
     # from the start (bridge.logs.secret_values finds it); never a field, so never rendered.
     _api_key: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
@@ -146,6 +148,9 @@ class LLMSettings(_Section):
     tool_mode: Literal["native", "text"] = "native"
     # The role text-mode tool results go back as; "user" suits chat templates that reject "tool".
     text_result_role: Literal["tool", "user"] = "tool"
+    # The model takes images: photos users send go to it as image parts. Without it, the user is told
+    # this model can't see images, and the caption is answered.
+    vision: bool = False
     # Other models a chat can switch to with /model NAME; [llm] itself is the profile "default".
     profiles: dict[str, LLMProfile] = Field(default_factory=dict)
     # The profile that answers when a chat's own model fails after its retries ("default": [llm]).
@@ -530,6 +535,9 @@ class Settings(BaseSettings):
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
     # [mcp] and [[mcp.servers]]: MCP servers as tool groups (see bridge.config_mcp).
     mcp: McpSettings = Field(default_factory=McpSettings)
+    # [media]: attachments users send (see bridge.config_media); [stt]: where voice is transcribed.
+    media: MediaSettings = Field(default_factory=MediaSettings)
+    stt: SttSettings = Field(default_factory=SttSettings)
 
     @field_validator("log_level", "log_level_libraries", mode="before")
     @classmethod

@@ -112,6 +112,11 @@ class PlatformError(BridgeError):
     """A chat platform (Telegram, Discord, a third-party adapter) refused or failed a request."""
 
 
+class MediaError(PlatformError):
+    """An attachment could not be fetched or read; `str()` is the short reason the user is told
+    (e.g. "larger than 20 MB", "the download failed")."""
+
+
 class AdapterStartError(PlatformError):
     """An adapter could not start (bad token, unreachable API); the message says which setting to check."""
 

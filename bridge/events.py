@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from bridge.media.model import Attachment, OutFile
+
 ChatType = Literal["dm", "group", "channel"]
 # "draft": an answer shown as it streams, edited as it grows; its reply then edits it (edit_of).
 OutboundKind = Literal["activity", "reply", "notice", "draft"]
@@ -52,8 +54,10 @@ class Inbound:
     mentioned: bool = False
     sender_name: str | None = None
     chat_title: str | None = None
-    # Set when the message is media the bot cannot read (e.g. "photo", "voice"); text is then empty.
+    # Set when the message is media the bot cannot read (e.g. "sticker", "video"); text is then empty.
     unsupported: str | None = None
+    # Photos, image files, voice and audio; a caption is the text. Fetched by the run that answers.
+    attachments: tuple[Attachment, ...] = ()
     # Discord: the guild of a channel message, and the channel a thread belongs to.
     guild_id: str | None = None
     parent_id: str | None = None
@@ -94,6 +98,8 @@ class Outbound:
     # A reply that replaces the draft its answer streamed into: its first chunk edits that message
     # (the platform's message id) instead of sending a new one.
     edit_of: str | None = None
+    # A file to send, with `text` as its caption (send_file).
+    file: OutFile | None = None
 
 
 class Sender(Protocol):
@@ -101,7 +107,10 @@ class Sender(Protocol):
 
     Optional, looked up with getattr: `split(kind, text) -> list[str]`, the pieces one item is sent
     as (else `text_limit` splits it, else it goes whole); `dedupes_by_nonce`, True where the platform
-    drops a second send with the same Outbound.nonce, so a send cut short by a crash is safe to repeat.
+    drops a second send with the same Outbound.nonce, so a send cut short by a crash is safe to repeat;
+    `download(attachment, max_bytes) -> bytes`, an Inbound's attachment's bytes (MediaError when it
+    can't: too large, gone); `send_file(item) -> str | None`, an item with a `file`, its text the
+    caption; `max_upload_bytes` and `max_photo_bytes`, the largest file and photo it can send.
     """
 
     surface: str

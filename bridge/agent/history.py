@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from bridge.llm.base import ChatMessage, ToolCall
+from bridge.media.model import framed, images_of
 from bridge.store.base import MessageRow
 
 _TOOL_KINDS = ("tool_call", "tool_result")
@@ -91,7 +92,7 @@ def _replay(rows: list[MessageRow], max_tool_result_chars: int) -> list[ChatMess
     while i < len(rows):
         row = rows[i]
         if row.kind not in _TOOL_KINDS:
-            messages.append(ChatMessage(role=row.kind, content=_framed(row)))
+            messages.append(ChatMessage(role=row.kind, content=_framed(row), images=images_of(row.media)))
             i += 1
             continue
         step = (row.run_id, row.step)
@@ -112,7 +113,8 @@ def _framed(row: MessageRow) -> str:
     # An injected message is never shown to the model as if a person in this chat had written it.
     if row.kind == "user" and row.via_session:
         return f"{agent_note(row.via_session)}\n{row.content}"
-    return row.content
+    # Attachments are named in the text; a model that takes images also gets the newest as parts.
+    return framed(row.content, row.media) if row.media else row.content
 
 
 def _position(row: MessageRow) -> tuple[int, int, int]:

@@ -13,6 +13,7 @@ from bridge.agent.runstate import (
     CUT_SHORT_ERROR,
     CUT_SHORT_NOTE,
     LiveDisplay,
+    MediaReader,
     ReplyPlanner,
     RunResult,
     RunState,
@@ -26,11 +27,13 @@ from bridge.live import LiveEvents
 from bridge.llm.base import ChatMessage, Completion, Provider
 from bridge.llm.profiles import Fallback, Profiles
 from bridge.logs import redactor
+from bridge.media.blobs import MediaStore, media_root
+from bridge.media.parts import ImageReader
 from bridge.metrics import Metrics
-from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store
+from bridge.store.base import MessageRow, OutboxItem, OutboxRow, SessionRow, Store
 from bridge.store.sqlite import new_id
 from bridge.text import scrub
-from bridge.tools.base import SessionMessenger, ToolContext
+from bridge.tools.base import FileSender, SessionMessenger, ToolContext
 from bridge.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -70,11 +73,14 @@ class AgentRunner:
         self.messenger: SessionMessenger | None = None
         # Scheduled tasks, for the scheduled_tasks tools (set by the Bridge that runs the scheduler).
         self.tasks: TaskService | None = None
+        # Where send_file sends (set by the composition root; None: no chat to send to).
+        self.files: FileSender | None = None
         # Set by the composition root: where runs, model requests and tool calls are counted, and
         # the admin server's live stream.
         self.metrics: Metrics | None = None
         self.live = LiveEvents()
         self.tools = ToolCaller(settings, store, registry)
+        self.blobs = MediaStore(media_root(settings))
         self._redact = redactor(settings)
         self._finished = 0
 
@@ -89,6 +95,7 @@ class AgentRunner:
         force: bool = False,
         reply: ReplyPlanner | None = None,
         display: LiveDisplay | None = None,
+        media: MediaReader | None = None,
     ) -> RunResult:
         """Answer the session's newest message (or `upto`, in followup mode).
 
@@ -97,6 +104,7 @@ class AgentRunner:
         must not ask the model again with the bot's own answer last. `force` (/retry) answers anyway.
         `reply` plans the delivery rows of the answer, written with it in one transaction.
         `display` shows each model request's text as it streams, where the chat can.
+        `media` reads the attachments of the messages it answers (photos fetched, voice transcribed).
         """
         observer = observer or NullObserver()
         agent = self.settings.agent
@@ -116,6 +124,8 @@ class AgentRunner:
             return RunResult(run_id, "skipped", "")
         self.live.publish("run_started", run_id=run_id, session_key=session.key, channel=channel)
         context, rows, input_hash = started.context, started.rows, started.input_hash
+        if media is not None:
+            rows = await self._read_media(media, rows)
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
         loaded = self.registry.known_groups(context.loaded_groups if self.restore_groups else ())
@@ -132,6 +142,7 @@ class AgentRunner:
             messenger=self.messenger,
             tasks=self.tasks,
             loaded_skills=skills,
+            files=self.files,
         )
         summary = context.summary.content if context.summary else None
         replay = build_messages(rows, agent.max_tool_result_chars)
@@ -149,6 +160,7 @@ class AgentRunner:
             memories=context.memories,
             summary=summary,
             display=display,
+            images=ImageReader(self.blobs, self.settings.media.history_images),
         )
         # The chat's model (/model), or [llm]'s; a profile since removed from the config means [llm]'s.
         profile = state.answering = self.profiles.resolve(session.model_profile)
@@ -177,6 +189,17 @@ class AgentRunner:
         result.loaded_skills = set(ctx.loaded_skills)
         result.over_budget = over_budget
         return await asyncio.shield(self._conclude(state, result, ctx.session.id, reply))
+
+    async def _read_media(self, media: MediaReader, rows: list[MessageRow]) -> list[MessageRow]:
+        """The rows with their attachments read; as they were if reading failed as a whole (the run
+        still answers, its attachments named but unread, rather than leave its row running)."""
+        try:
+            return await media(rows)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("reading the attachments of a message failed")
+            return rows
 
     async def _conclude(
         self, state: RunState, result: RunResult, session_id: str, reply: ReplyPlanner | None
@@ -370,6 +393,10 @@ class AgentRunner:
         started = RunTrace.clock()
         fallback = state.answering if state.fallback is not None else None
         provider = state.provider or self.provider
+        if state.images is not None:
+            # Only a profile that takes images gets them (a fallback may not); the rest go by name.
+            vision = self.profiles.settings(state.answering).vision
+            messages = await state.images.parts(messages, vision)
         try:
             if state.display is not None:
                 # A fresh segment per request: after tool calls the answer goes on below their activity.

@@ -11,7 +11,8 @@ from bridge.agent.trace import RunTrace
 from bridge.config import DEFAULT_PROFILE
 from bridge.llm.base import ChatMessage, Completion, Provider, TextSink
 from bridge.llm.profiles import Fallback
-from bridge.store.base import OutboxItem, OutboxRow
+from bridge.media.parts import ImageReader
+from bridge.store.base import MessageRow, OutboxItem, OutboxRow
 
 CUT_SHORT_NOTE = (
     "\n\n⚠️ (The answer was cut off here: the model's connection broke. Send /retry for a new one.)"
@@ -21,6 +22,9 @@ CUT_SHORT_ERROR = "the streamed answer was cut short"
 RunStatus = Literal["ok", "error", "cancelled", "timeout", "stopped", "skipped"]
 # The delivery rows of a run's reply (run id, text), written in the transaction that ends the run.
 ReplyPlanner = Callable[[str, str], Awaitable[list[OutboxItem]]]
+# Reads the attachments of the rows a run answers (fetch, store, transcribe) and returns the rows as
+# they now read; given by the chat's dispatcher, which knows the platform and can tell the user.
+MediaReader = Callable[[list[MessageRow]], Awaitable[list[MessageRow]]]
 
 
 class LiveDisplay(Protocol):
@@ -70,6 +74,8 @@ class RunState:
     display: LiveDisplay | None = None
     # Why a streamed answer broke off after part of it was shown.
     cut_short: str | None = None
+    # Reads the images the requests carry, once per run.
+    images: ImageReader | None = None
 
     def add_usage(self, completion: Completion) -> None:
         self.prompt_tokens += completion.usage.prompt_tokens

@@ -10,6 +10,7 @@ from typing import Any
 
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, ToolCall
+from bridge.media.parts import without_image_data
 from bridge.tools.base import ToolResult
 
 Redact = Callable[[str], str]
@@ -21,6 +22,8 @@ def _ms(since: float) -> float:
 
 def _plain(value: Any) -> Any:
     """JSON for what json cannot write itself: slotted dataclasses (messages, tool calls) as objects."""
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
     names = getattr(type(value), "__slots__", None)
     if names is not None and dataclasses.is_dataclass(value):
         return {name: getattr(value, name) for name in names}
@@ -87,6 +90,8 @@ class RunTrace:
             "messages": list(messages),
             "tools": tools,
         }
+        # Images are kept out: a trace records that a photo went, not its megabytes.
+        request = without_image_data(request)
         step: dict[str, Any] = {"type": "model", "ms": _ms(started), "request": self._shared(request)}
         if final:
             step["final_without_tools"] = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import uuid
@@ -145,7 +146,7 @@ def to_anthropic_messages(messages: list[ChatMessage]) -> tuple[str, list[dict[s
         elif message.role == "tool":
             blocks = _tool_result(message, _open_tool_uses(turns))
         else:
-            blocks = _text_blocks(message.content)
+            blocks = _image_blocks(message) + _text_blocks(message.content)
         if not blocks:
             continue
         if turns and turns[-1]["role"] == role:
@@ -157,6 +158,22 @@ def to_anthropic_messages(messages: list[ChatMessage]) -> tuple[str, list[dict[s
             # Within a user turn, tool results must come before any text; the sort is stable.
             turn["content"].sort(key=lambda block: block["type"] != "tool_result")
     return system, turns
+
+
+def _image_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    # Images first, then the text about them: the order Anthropic's documentation recommends.
+    return [
+        {
+            "type": "image",
+            "source": {
+                "type": "base64",
+                "media_type": image.mime,
+                "data": base64.b64encode(image.data).decode(),
+            },
+        }
+        for image in message.images
+        if image.data
+    ]
 
 
 def _text_blocks(text: str) -> list[dict[str, Any]]:

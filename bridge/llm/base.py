@@ -16,6 +16,21 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Image:
+    """An image a user message carries: its hash in the media store, and its bytes once read for a
+    request (only for the newest few, and only for a model that takes images)."""
+
+    name: str
+    mime: str
+    sha256: str
+    data: bytes | None = None
+
+    def __repr__(self) -> str:
+        # Never the bytes: a message is logged and traced by its fields.
+        return f"Image({self.name!r}, {self.mime}, {len(self.data or b'')} bytes)"
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One structured message of the conversation sent to the model."""
 
@@ -24,6 +39,8 @@ class ChatMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    # A user message's images; a provider sends those with `data` as image parts.
+    images: tuple[Image, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

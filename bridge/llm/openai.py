@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from typing import Any
@@ -139,11 +140,23 @@ def serialize_message(message: ChatMessage) -> dict[str, Any]:
                 for call in message.tool_calls
             ],
         }
+    elif message.images and any(image.data for image in message.images):
+        wire = {"role": message.role, "content": _parts(message)}
     else:
         wire = {"role": message.role, "content": message.content}
     if message.name:
         wire["name"] = message.name
     return wire
+
+
+def _parts(message: ChatMessage) -> list[dict[str, Any]]:
+    """A user message with images: its text, then each image as a base64 data URL."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    for image in message.images:
+        if image.data:
+            url = f"data:{image.mime};base64,{base64.b64encode(image.data).decode()}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 def parse_completion(data: Any) -> Completion:

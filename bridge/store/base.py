@@ -56,6 +56,8 @@ class MessageRow:
     sender: str | None = None
     # Set on a 'user' row another session's agent injected (sessions_send): that session's key.
     via_session: str | None = None
+    # A user message's attachments, as JSON (bridge.media.model.loads reads it).
+    media: str | None = None
     # For rows written by a run: the newest user message that run answered (see build_messages).
     anchor: int | None = None
 
@@ -135,6 +137,8 @@ class OutboxItem:
     # The platform message this chunk replaces by editing it (a streamed draft); an edit is safe to
     # repeat after a crash, where a send is not.
     edit_of: str | None = None
+    # A file to send with the chunk (its text is the caption), as JSON (bridge.media.model.OutFile).
+    file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +272,14 @@ class Store(Protocol):
         platform_msg_id: str | None = None,
         via_session: str | None = None,
         queued: bool = True,
+        media: str | None = None,
     ) -> int | None: ...
+    async def set_user_message(
+        self, session_id: str, message_id: int, content: str, media: str | None
+    ) -> None:
+        """A user message's text and attachments once its run has read them (fetched, transcribed)."""
+        ...
+
     async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int: ...
     async def add_tool_exchange(self, session_id: str, run_id: str, exchange: ToolExchange) -> None: ...
     async def history(self, session_id: str, limit: int, *, chat_only: bool = False) -> list[MessageRow]:

@@ -14,7 +14,7 @@ from bridge.text import scrub
 
 _MESSAGE_COLS = (
     "id, session_id, kind, content, created_at, run_id, step, tool_name, tool_call_id, tool_input, "
-    "tool_status, sender, via_session"
+    "tool_status, sender, via_session, media"
 )
 
 
@@ -31,6 +31,7 @@ class MessageTable(SessionTable):
         platform_msg_id: str | None = None,
         via_session: str | None = None,
         queued: bool = True,
+        media: str | None = None,
     ) -> int | None:
         """Store a user message; None when the platform message id was stored before (a redelivery,
         or a second worker that received it too).
@@ -49,12 +50,32 @@ class MessageTable(SessionTable):
                 sender=sender,
                 platform_msg_id=platform_msg_id,
                 via_session=via_session,
+                media=media,
             )
             if found is not None and via_session is None and queued:
                 conn.execute("INSERT INTO intake (message_id, session_id) VALUES (?, ?)", (found, session_id))
             return found
 
         return await self._add(session_id, add)
+
+    async def set_user_message(
+        self, session_id: str, message_id: int, content: str, media: str | None
+    ) -> None:
+        """A user message's text and attachments once its run has fetched (and transcribed) them.
+
+        The one change ever made to a stored message: it still says what the user sent, now read.
+        """
+        await self._write(
+            lambda conn: conn.execute(
+                "UPDATE messages SET content = ?, media = ? "
+                "WHERE id = ? AND session_id = ? AND kind = 'user'",
+                (scrub(content), media, message_id, session_id),
+            )
+        )
+        self._message_changed(session_id, message_id, content, media)
+
+    def _message_changed(self, session_id: str, message_id: int, content: str, media: str | None) -> None:
+        """Hook for a store that keeps history windows: the row it holds is replaced (SQLite)."""
 
     async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int:
         return await self._add(

@@ -292,6 +292,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE outbox ADD COLUMN edit_of TEXT;
     """,
+    # 13: a user message keeps its attachments (JSON: where the platform has them, their hash in the
+    # media store once fetched, a transcript's mark); an outbox row may carry a file to send.
+    """
+    ALTER TABLE messages ADD COLUMN media TEXT;
+    ALTER TABLE outbox ADD COLUMN file TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -49,6 +49,10 @@ class RunTable(MessageTable):
         # where ids commit in order (window.py says why).
         self._windows = Windows() if engine.ids_in_commit_order else None
 
+    def _message_changed(self, session_id: str, message_id: int, content: str, media: str | None) -> None:
+        if self._windows is not None:
+            self._windows.replace(session_id, message_id, scrub(content), media)
+
     async def begin_run(
         self,
         run_id: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ class Windows:
     Correct only where message ids grow in commit order, so that "every row with an id above
     last_id" is exactly what was written since: SQLite, whose writes are serialized. On PostgreSQL
     two transactions may commit their ids out of order, so its store does not keep windows.
-    Messages are never changed or deleted, only added, and a new summary (compaction) or another
-    limit makes the next read a whole one.
+    Messages are never deleted, only added, and a new summary (compaction) or another limit makes
+    the next read a whole one. The one change to a message (its attachments read, see
+    MessageTable.set_user_message) is made here too, by `replace`.
     """
 
     def __init__(self, size: int = DEFAULT_SESSIONS) -> None:
@@ -45,6 +47,17 @@ class Windows:
         if window is not None:
             self._by_session.move_to_end(session_id)
         return window
+
+    def replace(self, session_id: str, message_id: int, content: str, media: str | None) -> None:
+        """A kept message's new text and attachments, where the session's window holds it."""
+        window = self._by_session.get(session_id)
+        if window is None:
+            return
+        rows = tuple(
+            dataclasses.replace(row, content=content, media=media) if row.id == message_id else row
+            for row in window.rows
+        )
+        self._by_session[session_id] = dataclasses.replace(window, rows=rows)
 
     def put(self, session_id: str, window: Window) -> None:
         self._by_session[session_id] = window

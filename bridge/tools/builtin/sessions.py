@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import Field
 
 from bridge.errors import SessionKeyError
+from bridge.media.model import framed
 from bridge.sessions.keys import MAIN, RESERVED_KEYS, kind
 from bridge.store.base import MessageRow, SessionRow, SessionSummary
 from bridge.tools.arguments import Arguments, Count, Seconds, Text, typed_tool
@@ -35,7 +36,8 @@ def _message_dict(row: MessageRow) -> dict[str, Any]:
     item: dict[str, Any] = {
         "id": row.id,
         "role": row.role,
-        "content": row.content,
+        # Attachments by name, e.g. "[image: photo.jpg]" before the caption.
+        "content": framed(row.content, row.media),
         "at": datetime.fromtimestamp(row.created_at, UTC).isoformat(timespec="seconds"),
     }
     if row.tool_name:
