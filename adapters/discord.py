@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import re
 import secrets
@@ -16,10 +17,12 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
+from adapters import discord_media
 from bridge.config import DiscordSettings, Settings
 from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import ChatType, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
+from bridge.media.model import Attachment
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, with_retries
 from bridge.text import split_message
 
@@ -70,6 +73,11 @@ class DiscordAdapter:
     # A create with a nonce Discord has seen from us in the last minutes returns that message instead
     # of posting again (enforce_nonce), so a chunk cut short by a crash can be sent again safely.
     dedupes_by_nonce = True
+    # The answer streams into a draft message, edited at most once a second; the reply then edits it
+    # into its first chunk (bridge.gateway.streaming.DraftReply).
+    streams_drafts = True
+    # The largest file send_file may send (a server without boosts).
+    max_upload_bytes = discord_media.MAX_UPLOAD_BYTES
 
     def __init__(
         self,
@@ -200,11 +208,10 @@ class DiscordAdapter:
         if message.guild is not None:
             guild_id = str(message.guild.id)
         text = message.content
+        attachments = discord_media.attachments_of(message)
         unsupported = None
-        if not text.strip():
-            if message.attachments:
-                unsupported = "attachment"
-            elif message.stickers:
+        if not text.strip() and not attachments:
+            if message.stickers:
                 unsupported = "sticker"
             else:
                 return None  # embeds-only or empty system-ish messages
@@ -220,6 +227,7 @@ class DiscordAdapter:
             sender_name=message.author.display_name,
             chat_title=title,
             unsupported=unsupported,
+            attachments=attachments,
             guild_id=guild_id,
             parent_id=parent_id,
         )
@@ -262,7 +270,13 @@ class DiscordAdapter:
         return str(ids[0] if item.kind == "activity" else ids[-1])
 
     async def _send_once(
-        self, channel: discord.PartialMessageable, chunk: str, nonce: str, extra: dict[str, Any]
+        self,
+        channel: discord.PartialMessageable,
+        chunk: str,
+        nonce: str,
+        extra: dict[str, Any],
+        *,
+        file: Callable[[], discord.File] | None = None,
     ) -> discord.Message:
         """Send one chunk, retrying lost connections and 5xx with the same nonce.
 
@@ -271,10 +285,14 @@ class DiscordAdapter:
         never posts the chunk twice. discord.py retries 500/502/504 itself (with that same payload);
         this covers dropped connections and 503.
         """
+
+        def attempt() -> Awaitable[discord.Message]:
+            if file is not None:
+                extra["file"] = file()
+            return channel.send(chunk, nonce=nonce, allowed_mentions=discord.AllowedMentions.none(), **extra)
+
         return await with_retries(
-            lambda: channel.send(
-                chunk, nonce=nonce, allowed_mentions=discord.AllowedMentions.none(), **extra
-            ),
+            attempt,
             what="Discord: send",
             log=log,
             classify=_send_verdict,
@@ -284,6 +302,34 @@ class DiscordAdapter:
             level=logging.INFO,
             sleep=self._sleep,
         )
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """An Inbound attachment's bytes from Discord's CDN; MediaError when it can't."""
+        return await discord_media.download(self.client, attachment, max_bytes)
+
+    async def send_file(self, item: Outbound) -> str | None:
+        """A file with its caption (a caption past Discord's limit follows as messages of its own)."""
+        assert item.file is not None
+        channel = self.client.get_partial_messageable(int(item.route.chat_id))
+        pieces = self.split("reply", item.text) if item.text else [""]
+        data, name = await discord_media.read(item.file), item.file.name
+        extra: dict[str, Any] = {}
+        if item.route.reply_to is not None:
+            extra["reference"] = discord.MessageReference(
+                message_id=int(item.route.reply_to), channel_id=channel.id, fail_if_not_exists=False
+            )
+            extra["mention_author"] = False
+        # A File is closed once sent, so each attempt gets its own.
+        sent = await self._send_once(
+            channel,
+            pieces[0],
+            item.nonce or secrets.token_hex(8),
+            extra,
+            file=lambda: discord.File(io.BytesIO(data), filename=name),
+        )
+        for piece in pieces[1:]:
+            sent = await self._send_once(channel, piece, secrets.token_hex(8), {})
+        return str(sent.id)
 
     async def edit(self, route: Route, message_id: str, text: str) -> None:
         channel = self.client.get_partial_messageable(int(route.chat_id))

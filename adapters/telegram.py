@@ -28,7 +28,9 @@ from telegram.error import (
 from telegram.request import HTTPXRequest
 from telegram.warnings import PTBDeprecationWarning
 
+from adapters import telegram_media
 from adapters.telegram_format import to_telegram_html
+from adapters.telegram_media import attachments_of
 from adapters.telegram_updates import (
     ALLOWED_UPDATES,
     Intake,
@@ -41,6 +43,7 @@ from bridge.config import Settings, TelegramSettings
 from bridge.errors import AdapterStartError
 from bridge.events import Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
+from bridge.media.model import Attachment
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after, with_retries
 from bridge.text import split_message, utf16_len
 
@@ -113,6 +116,9 @@ class TelegramAdapter:
     streams_drafts = True
     # Set by the core where several workers listen at once (sharing a database): they share the port.
     shared_intake = False
+    # The largest file and photo send_file may send (the Bot API's limits for bots).
+    max_upload_bytes = telegram_media.MAX_UPLOAD_BYTES
+    max_photo_bytes = telegram_media.MAX_PHOTO_BYTES
 
     def __init__(
         self, settings: TelegramSettings, *, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -255,8 +261,9 @@ class TelegramAdapter:
         if user is None or user.is_bot or chat.type == ChatType.CHANNEL:
             return None
         text = message.text or message.caption or ""
+        attachments = attachments_of(message)
         unsupported = None
-        if not text:
+        if not text and not attachments:
             unsupported = next((kind for kind in _MEDIA_KINDS if getattr(message, kind, None)), None)
             if unsupported is None:
                 return None  # service messages: joins, pins, topic edits
@@ -278,6 +285,7 @@ class TelegramAdapter:
             sender_name=user.full_name,
             chat_title=chat.title,
             unsupported=unsupported,
+            attachments=attachments,
         )
 
     def _addressing(self, message: Message, text: str) -> tuple[bool, str, bool]:
@@ -384,6 +392,30 @@ class TelegramAdapter:
         return await self._retrying(
             lambda: self.bot.send_message(chat_id, plain, **params), what="send", idempotent=False
         )
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """An Inbound attachment's bytes (getFile, then the file itself); MediaError when it can't."""
+        return await telegram_media.download(self.bot, attachment, max_bytes)
+
+    async def send_file(self, item: Outbound) -> str | None:
+        """A file with its caption; a caption too long for Telegram follows as a message of its own."""
+        assert item.file is not None
+        file, chat_id, params = item.file, int(item.route.chat_id), self._params(item.route)
+        if item.route.reply_to is not None:
+            params["reply_parameters"] = ReplyParameters(
+                message_id=int(item.route.reply_to), allow_sending_without_reply=True
+            )
+        fits = utf16_len(item.text) <= telegram_media.CAPTION_LIMIT
+        sent = await self._retrying(
+            lambda: telegram_media.send_file(self.bot, chat_id, file, item.text if fits else "", params),
+            what="send a file",
+            idempotent=False,
+        )
+        if not fits:
+            params.pop("reply_parameters", None)
+            for html, plain in self._chunks("notice", item.text):
+                sent = await self._send_chunk(chat_id, html, plain, None, params)
+        return str(sent.message_id)
 
     async def edit_reply(self, route: Route, message_id: str, text: str) -> None:
         """Turn a streamed draft into the reply's first chunk: its Markdown rendered, as send() does."""

@@ -20,6 +20,7 @@ from bridge.gateway.access import AccessPolicy
 from bridge.gateway.commands import Commands
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher, DispatchServices
+from bridge.gateway.files_out import FileOut
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate, SendPolicy
@@ -29,6 +30,7 @@ from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
 from bridge.llm.profiles import Profiles, with_tool_mode
 from bridge.logs import redactor
+from bridge.media.intake import MediaIntake
 from bridge.metrics import Metrics
 from bridge.sessions.service import SessionService
 from bridge.store.backends import store_for
@@ -130,6 +132,9 @@ class Bridge:
             self.pairing,
             tasks=self.tasks,
         )
+        # Attachments users send: kept by content beside the database, voice sent to [stt].
+        self.media = MediaIntake(settings, self.store, self.runner.blobs)
+        self.runner.files = FileOut(self.delivery, self.runner.blobs)
         self.dispatcher = Dispatcher(
             DispatchServices(
                 sessions=self.sessions,
@@ -142,6 +147,7 @@ class Bridge:
                 compactor=self.compactor,
                 pairing=self.pairing,
                 live=self.live,
+                media=self.media,
             ),
             settings.runs,
         )
@@ -323,6 +329,7 @@ class Bridge:
         if self.share is not None:
             await self.share.stop()
         await self.profiles.aclose()
+        await self.media.aclose()
         await self.presence.stop()
         if self.leases is not None:
             await self.leases.close()

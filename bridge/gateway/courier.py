@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from typing import cast
 from bridge.errors import AdapterLifecycleError
 from bridge.events import Outbound, OutboundKind, Route, Sender
 from bridge.live import LiveEvents
+from bridge.media.model import OutFile
 from bridge.store.base import OutboxRow, OutboxState, Store
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ def outbound_of(row: OutboxRow) -> Outbound:
         dedupe_key=item.dedupe_key,
         nonce=item.nonce,
         edit_of=item.edit_of if item.part == 0 else None,
+        file=OutFile.from_json(item.file),
     )
 
 
@@ -162,7 +165,10 @@ class Courier:
         await self._mark(row.id, "sending")
         out = outbound_of(row)
         try:
-            message_id = await (self._replace(sender, out) if out.edit_of else sender.send(out))
+            if out.file is not None:
+                message_id = await self._send_file(sender, out)
+            else:
+                message_id = await (self._replace(sender, out) if out.edit_of else sender.send(out))
         except AdapterLifecycleError:
             raise
         except Exception as exc:
@@ -179,6 +185,17 @@ class Courier:
             text=item.text,
         )
         return message_id, True
+
+    @staticmethod
+    async def _send_file(sender: Sender, out: Outbound) -> str | None:
+        """A file through the adapter's send_file; where it has none, the caption with the file named."""
+        assert out.file is not None
+        send_file = getattr(sender, "send_file", None)
+        if send_file is not None:
+            return cast("str | None", await send_file(out))
+        named = f"📎 {out.file.name} (this chat can't receive files)"
+        text = f"{out.text}\n{named}" if out.text else named
+        return await sender.send(dataclasses.replace(out, text=text, file=None))
 
     @staticmethod
     async def _replace(sender: Sender, out: Outbound) -> str | None:

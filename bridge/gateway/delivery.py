@@ -91,10 +91,12 @@ class Delivery:
             run_id=item.run_id,
             dedupe_key=item.dedupe_key,
             worker_id=self.worker_id,
+            file=item.file.to_json() if item.file is not None else None,
         )
         if not decision.speaks:
             return [dataclasses.replace(whole, state="suppressed", reason=decision.reason)]
-        pieces = self._split(item) or [item.text]
+        # A file goes whole, its text the caption (the adapter sends a caption too long as a message).
+        pieces = [item.text] if item.file is not None else self._split(item) or [item.text]
         # Every chunk carries a nonce: cheap, and a platform that dedupes by it (Discord) makes a resend
         # after a crash harmless even when the adapter was not yet up when the row was written.
         return [

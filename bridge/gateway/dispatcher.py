@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import RETRY_HINT, AgentRunner
-from bridge.agent.runstate import CUT_SHORT_ERROR
+from bridge.agent.runstate import CUT_SHORT_ERROR, MediaReader
 from bridge.config import RunsSettings
 from bridge.errors import IntakeUnavailable, StoreError
 from bridge.events import Inbound, Outbound, Route
@@ -22,8 +22,10 @@ from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate
 from bridge.gateway.streaming import DraftReply, LiveReply
 from bridge.live import LiveEvents
+from bridge.media.intake import MediaIntake
+from bridge.media.model import Attachment, dumps
 from bridge.sessions.service import SessionService
-from bridge.store.base import OutboxItem, RunRow, SessionRow
+from bridge.store.base import MessageRow, OutboxItem, RunRow, SessionRow
 from bridge.text import scrub
 from bridge.tools.base import AGENT_CHANNEL
 
@@ -37,8 +39,9 @@ Done = asyncio.Future[None]
 ACTIVITY_CLOSE_S = 10.0
 
 
-def unsupported_text(kind: str) -> str:
-    return f"Sorry, I can't open {kind} messages yet. Please send it as text (a caption works too)."
+def unsupported_text(kind: str, voice: bool) -> str:
+    what = "text, photos and voice messages" if voice else "text and photos"
+    return f"Sorry, I can't open {kind} messages. I read {what}."
 
 
 def interrupted_text(asked: str | None) -> str:
@@ -65,6 +68,8 @@ class DispatchServices:
     pairing: Pairing
     # The admin server's stream of what happens (messages in; runs and sends publish their own).
     live: LiveEvents = dataclasses.field(default_factory=LiveEvents)
+    # Attachments: screened at intake, read (fetched, transcribed) by the run that answers them.
+    media: MediaIntake | None = None
 
 
 class Dispatcher:
@@ -90,6 +95,7 @@ class Dispatcher:
         self.compactor = services.compactor
         self.pairing = services.pairing
         self.live = services.live
+        self.media = services.media
         # Set where several workers share the database: stored messages are then claimed from the
         # shared intake queue by whichever worker has room, under the chat's lease.
         self.share: WorkShare | None = None
@@ -134,15 +140,20 @@ class Dispatcher:
             # Their code, or silence: the message itself is neither stored nor shown to the model.
             text = await self.pairing.admit(inbound, ttl_s=self.access.code_ttl_s(inbound.surface))
             return None if text is None else await self._notice(inbound.route, key, text)
+        voice = self.media is not None and self.media.transcriber is not None
         if inbound.unsupported:
-            return await self._notice(inbound.route, key, unsupported_text(inbound.unsupported))
+            return await self._notice(inbound.route, key, unsupported_text(inbound.unsupported, voice))
         if command is not None:
             answer = await self.commands.handle(
                 command, key, surface=inbound.surface, is_owner=False, sender=inbound.sender
             )
             return await self._notice(inbound.route, key, answer)
-        if not inbound.text.strip():
-            return None
+        attachments, told = await self._screen(inbound, key)
+        if not inbound.text.strip() and (self.media is None or not self.media.usable(attachments)):
+            if told is None and attachments:
+                # Only files it never opens (a PDF with no caption): said, not stored.
+                return await self._notice(inbound.route, key, unsupported_text("document", voice))
+            return told
         if self.share is None and self.lanes.queued(key) >= self.runs.max_queued:
             return await self._too_many(inbound.route, key)
         session = await self.sessions.active(inbound)
@@ -155,7 +166,11 @@ class Dispatcher:
         # Stored before any work begins: whatever happens next, the user's words are kept. In a
         # denied session too: shadow mode reads and answers, it only does not speak.
         stored = await self.sessions.store.add_user_message(
-            session.id, inbound.text, sender=inbound.sender, platform_msg_id=inbound.platform_msg_id
+            session.id,
+            inbound.text,
+            sender=inbound.sender,
+            platform_msg_id=inbound.platform_msg_id,
+            media=dumps(attachments),
         )
         if stored is None:
             log.info("dropping redelivered message %s", inbound.platform_msg_id)
@@ -181,6 +196,36 @@ class Dispatcher:
             lambda: self.run_turn(key, inbound.route, inbound.surface, upto=upto),
             merge=upto is None,
         )
+
+    async def _screen(self, inbound: Inbound, key: str) -> tuple[tuple[Attachment, ...], Done | None]:
+        """The message's attachments with those it can't use marked, each such told to the user now
+        (too large, voice not set up); the future of the last notice, if any."""
+        if not inbound.attachments or self.media is None:
+            return inbound.attachments, None
+        attachments, notices = self.media.screen(inbound.attachments)
+        told = None
+        for text in notices:
+            told = await self._notice(inbound.route, key, text)
+        return attachments, told
+
+    def _media_reader(self, session: SessionRow, route: Route, key: str) -> MediaReader | None:
+        """How the run reads the attachments of the messages it answers, with this chat's platform."""
+        media = self.media
+        if media is None:
+            return None
+
+        async def tell(text: str, once: str | None) -> None:
+            # `once`: e.g. "this model can't see images", said once per session.
+            dedupe = f"{once}:{session.id}" if once else None
+            await self.delivery.enqueue(Outbound(route, "notice", text, session_key=key, dedupe_key=dedupe))
+
+        async def read(rows: list[MessageRow]) -> list[MessageRow]:
+            profiles = self.runner.profiles
+            llm = profiles.settings(profiles.resolve(session.model_profile))
+            sender = self.delivery.sender(route.surface)
+            return await media.read(rows, sender=sender, tell=tell, vision=llm.vision, model=llm.model)
+
+        return read
 
     async def _retry(self, inbound: Inbound, key: str, owner: bool) -> Done | None:
         """/retry: answer the session's last message again, e.g. after an interrupted run."""
@@ -318,6 +363,7 @@ class Dispatcher:
                     force=force,
                     reply=plan_reply,
                     display=display,
+                    media=self._media_reader(session, route, key),
                 )
             except asyncio.CancelledError:
                 if self.closing:

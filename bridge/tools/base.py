@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
@@ -47,6 +48,12 @@ class SessionMessenger(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class FileSender(Protocol):
+    """Sends a workspace file to a session's chat (send_file), through the outbox and its send policy."""
+
+    async def send_file(self, session: SessionRow, path: Path, caption: str) -> ToolResult: ...
+
+
 # The channel of a run that another session's agent started; such a run may not start another.
 AGENT_CHANNEL = "agent"
 
@@ -69,6 +76,8 @@ class ToolContext:
     # Skills loaded in earlier turns (restored from history) and by load_skill in this run: their
     # instructions are in the system prompt of every later request.
     loaded_skills: set[str] = field(default_factory=set)
+    # Where send_file hands its file; None where the bot has no chat to send to.
+    files: FileSender | None = None
 
 
 # Called with what bridge.tools.arguments.validate_arguments made of the call's JSON arguments: an

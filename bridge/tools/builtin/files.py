@@ -44,7 +44,7 @@ def resolve_in_workspace(root: Path, user_path: str) -> Path:
     return candidate
 
 
-def _workspace(ctx: ToolContext) -> Path:
+def workspace_of(ctx: ToolContext) -> Path:
     root = Path(ctx.settings.tools.workspace)
     # Created lazily so a bot that never touches files leaves no folder behind.
     root.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def _place(ctx: ToolContext, user_path: str) -> _Place | ToolResult:
     escapes its folder, a not_found result for a skill that is not configured."""
     found = skill_path(user_path)
     if found is None:
-        root = _workspace(ctx)
+        root = workspace_of(ctx)
         return _Place(root, resolve_in_workspace(root, user_path))
     name, inner = found
     if not name:
@@ -232,7 +232,7 @@ async def _write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
             "read_only",
             f"Files under {FILES_PREFIX}/ belong to skills and cannot be written; write in the workspace.",
         )
-    root = _workspace(ctx)
+    root = workspace_of(ctx)
     target = resolve_in_workspace(root, args.path)
     return await asyncio.to_thread(_write, root, target, data, args.append)
 
@@ -326,9 +326,12 @@ list_files = typed_tool(
 
 
 def files_group() -> ToolGroup:
-    """The `files` group: read_file, write_file and list_files, all confined to the workspace."""
+    """The `files` group: read_file, write_file, list_files and send_file, all confined to the workspace."""
+    # Imported here: send_file builds on this module's workspace helpers.
+    from bridge.tools.builtin.send_file import send_file
+
     return ToolGroup(
         name="files",
-        description="Read, write and list files in the bot's workspace folder",
-        tools=(read_file, write_file, list_files),
+        description="Read, write and list files in the bot's workspace folder, and send them to the chat",
+        tools=(read_file, write_file, list_files, send_file),
     )

@@ -1,0 +1,88 @@
+"""Telegram media: photos, image files and voice in (as Attachments, fetched on demand); files out."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from telegram import Bot, Message
+from telegram.error import BadRequest, TelegramError
+
+from bridge.errors import MediaError
+from bridge.media.model import Attachment, MediaKind, OutFile
+
+MIB = 1024 * 1024
+# What the Bot API takes from a bot: photos up to 10 MB, other files up to 50 MB; it lets a bot
+# download files up to 20 MB.
+MAX_PHOTO_BYTES = 10 * MIB
+MAX_UPLOAD_BYTES = 50 * MIB
+MAX_DOWNLOAD_BYTES = 20 * MIB
+CAPTION_LIMIT = 1024
+
+
+def attachments_of(message: Message) -> tuple[Attachment, ...]:
+    """The message's photo, document, voice note or audio file, as Attachments (none for other media)."""
+    number = message.message_id
+    if message.photo:
+        # Telegram sends a photo in several sizes, smallest first; the largest is the one to read.
+        best = message.photo[-1]
+        return (Attachment("image", f"photo-{number}.jpg", best.file_id, "image/jpeg", best.file_size),)
+    if message.document is not None:
+        doc = message.document
+        mime = doc.mime_type or ""
+        name = doc.file_name or f"document-{number}"
+        kind: MediaKind = (
+            "image" if mime.startswith("image/") else "audio" if mime.startswith("audio/") else "file"
+        )
+        return (Attachment(kind, name, doc.file_id, mime or None, doc.file_size),)
+    if message.voice is not None:
+        voice = message.voice
+        # The transcription server knows the format by the name's extension: Telegram's are OGG/Opus.
+        mime = voice.mime_type or "audio/ogg"
+        return (Attachment("audio", f"voice-{number}.ogg", voice.file_id, mime, voice.file_size, voice=True),)
+    if message.audio is not None:
+        audio = message.audio
+        name = audio.file_name or f"audio-{number}.mp3"
+        return (Attachment("audio", name, audio.file_id, audio.mime_type, audio.file_size),)
+    return ()
+
+
+async def download(bot: Bot, attachment: Attachment, max_bytes: int) -> bytes:
+    """The attachment's bytes through getFile; MediaError saying why not (too large, gone)."""
+    limit = min(max_bytes, MAX_DOWNLOAD_BYTES)
+    try:
+        found = await bot.get_file(attachment.ref)
+        if found.file_size is not None and found.file_size > max_bytes:
+            raise MediaError(f"too large: {found.file_size / MIB:.1f} MB")
+        data = bytes(await found.download_as_bytearray())
+    except BadRequest as exc:
+        if "too big" in str(exc).lower():
+            raise MediaError(f"too large: Telegram lets bots download files up to {limit // MIB} MB") from exc
+        raise MediaError(f"Telegram refused it ({exc.message})") from exc
+    except TelegramError as exc:
+        raise MediaError(f"the download failed ({type(exc).__name__})") from exc
+    return data
+
+
+def too_large(file: OutFile) -> str | None:
+    """Why Telegram won't take the file, or None."""
+    if file.size > MAX_UPLOAD_BYTES:
+        return f"Telegram takes files up to {MAX_UPLOAD_BYTES // MIB} MB"
+    return None
+
+
+async def send_file(bot: Bot, chat_id: int, file: OutFile, caption: str, params: dict[str, Any]) -> Message:
+    """One file (a photo when it is one Telegram shows inline) with its caption, as plain text."""
+    data = await asyncio.to_thread(Path(file.path).read_bytes)
+    options = {key: value for key, value in params.items() if key != "link_preview_options"}
+    if caption:
+        options["caption"] = caption
+    if file.photo and file.size <= MAX_PHOTO_BYTES:
+        try:
+            return await bot.send_photo(chat_id, data, filename=file.name, **options)
+        except BadRequest as exc:
+            # Dimensions or a format Telegram won't show as a photo: it still goes, as a document.
+            if "photo" not in str(exc).lower():
+                raise
+    return await bot.send_document(chat_id, data, filename=file.name, **options)
