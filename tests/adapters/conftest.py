@@ -13,6 +13,7 @@ import pytest
 from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
+from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from bridge.app import Bridge
 from bridge.config import Settings
@@ -107,8 +108,16 @@ def rig(tmp_path: Path, tg: FakeTelegram) -> RigFactory:
     """`async with rig(llm, **telegram_settings) as r:` runs Bridge + TelegramAdapter until the block ends."""
 
     @asynccontextmanager
-    async def make(llm: FakeOpenAI, *, stream: bool = True, **telegram: Any) -> AsyncIterator[TelegramRig]:
+    async def make(
+        llm: FakeOpenAI,
+        *,
+        stream: bool = True,
+        configure: Callable[[Settings], None] | None = None,
+        **telegram: Any,
+    ) -> AsyncIterator[TelegramRig]:
         settings = telegram_settings(tmp_path, tg, llm, **telegram)
+        if configure is not None:
+            configure(settings)  # [media], [stt], vision: read when the Bridge is built
         # stream=False: each reply is sent whole, for tests of what happens to the reply's own send.
         settings.llm.stream = stream
         waits: list[float] = []
@@ -123,6 +132,77 @@ def rig(tmp_path: Path, tg: FakeTelegram) -> RigFactory:
             await adapter.start(bridge.handle)
             try:
                 yield TelegramRig(bridge, adapter, tg, llm, waits)
+            finally:
+                await adapter.stop()
+
+    return make
+
+
+@dataclass
+class DiscordRig:
+    bridge: Bridge
+    adapter: DiscordAdapter
+    dc: FakeDiscord
+    waits: list[float]
+
+    def bot_messages(self, channel_id: int | str) -> list[dict[str, Any]]:
+        """The bot's messages in the channel, as they read now (an answer streams into its message)."""
+        created = [m for m in self.dc.created if m["channel_id"] == str(channel_id)]
+        return [{**m, **(self.dc.message(m["id"]) or {})} for m in created]
+
+    async def bot_sent(self, channel_id: int | str, n: int, within: float = 5.0) -> list[dict[str, Any]]:
+        """Wait until at least n messages were sent and the answers are finished; return them."""
+        await self.dc.wait_for(lambda: len(self.bot_messages(channel_id)) >= n, within)
+        await asyncio.wait_for(self.settled(), within)
+        return self.bot_messages(channel_id)
+
+    async def settled(self) -> None:
+        """No answer is running and nothing waits to be sent or edited."""
+        await self.bridge.lanes.idle()
+        await self.bridge.delivery.idle()
+
+
+def discord_settings(tmp_path: Path, dc: FakeDiscord, llm: FakeOpenAI, **discord: Any) -> Settings:
+    return make_settings(
+        tmp_path,
+        llm.base_url,
+        owners=[f"discord:{DISCORD_OWNER}"],
+        discord={
+            "enabled": True,
+            "token": dc.token,
+            "api_base": dc.api_base,
+            "gateway_url": dc.gateway_url,
+            "allowed_guilds": [str(GUILD)],
+            **discord,
+        },
+    )
+
+
+@pytest.fixture
+def discord_rig(tmp_path: Path, dc: FakeDiscord) -> RigFactory:
+    """`async with discord_rig(llm, **discord) as r:` runs Bridge + DiscordAdapter until the block ends."""
+
+    @asynccontextmanager
+    async def make(
+        llm: FakeOpenAI, *, configure: Callable[[Settings], None] | None = None, **discord: Any
+    ) -> AsyncIterator[DiscordRig]:
+        settings = discord_settings(tmp_path, dc, llm, **discord)
+        if configure is not None:
+            configure(settings)  # [media], [stt], vision: read when the Bridge is built
+        waits: list[float] = []
+
+        async def no_wait(seconds: float) -> None:
+            waits.append(seconds)
+
+        adapter = DiscordAdapter(
+            settings.discord, client_options={"guild_ready_timeout": 0.05}, sleep=no_wait
+        )
+        adapter.min_edit_interval_s = 0.01
+        async with Bridge(settings) as bridge:
+            bridge.add_sender(adapter)
+            await adapter.start(bridge.handle)
+            try:
+                yield DiscordRig(bridge, adapter, dc, waits)
             finally:
                 await adapter.stop()
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,6 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
 from adapters.discord import DiscordAdapter
-from bridge.app import Bridge
-from bridge.config import Settings
 from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import Outbound, Route
 from bridge.store.base import OutboxItem
@@ -26,6 +23,8 @@ from tests.adapters.conftest import (
     OTHER_CHANNEL,
     OTHER_GUILD,
     THREAD,
+    RigFactory,
+    discord_settings,
 )
 from tests.adapters.conftest import (
     DISCORD_OWNER as OWNER,
@@ -34,65 +33,13 @@ from tests.fakes import openai_server as fake
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.scripted_model import HistoryTrustingModel
-from tests.harness import make_settings
 
 CORE = ["load_tool_group", "get_current_time", "search_history", "save_memory"]
 
 
-@dataclass
-class DiscordRig:
-    bridge: Bridge
-    adapter: DiscordAdapter
-    dc: FakeDiscord
-    waits: list[float]
-
-    def bot_messages(self, channel_id: int | str) -> list[dict[str, Any]]:
-        return [m for m in self.dc.created if m["channel_id"] == str(channel_id)]
-
-    async def bot_sent(self, channel_id: int | str, n: int, within: float = 5.0) -> list[dict[str, Any]]:
-        await self.dc.wait_for(lambda: len(self.bot_messages(channel_id)) >= n, within)
-        return self.bot_messages(channel_id)
-
-
-def discord_settings(tmp_path: Path, dc: FakeDiscord, llm: FakeOpenAI, **discord: Any) -> Settings:
-    return make_settings(
-        tmp_path,
-        llm.base_url,
-        owners=[f"discord:{OWNER}"],
-        discord={
-            "enabled": True,
-            "token": dc.token,
-            "api_base": dc.api_base,
-            "gateway_url": dc.gateway_url,
-            "allowed_guilds": [str(GUILD)],
-            **discord,
-        },
-    )
-
-
 @pytest.fixture
-def rig(tmp_path: Path, dc: FakeDiscord) -> Callable[..., Any]:
-    @asynccontextmanager
-    async def make(llm: FakeOpenAI, **discord: Any) -> AsyncIterator[DiscordRig]:
-        settings = discord_settings(tmp_path, dc, llm, **discord)
-        waits: list[float] = []
-
-        async def no_wait(seconds: float) -> None:
-            waits.append(seconds)
-
-        adapter = DiscordAdapter(
-            settings.discord, client_options={"guild_ready_timeout": 0.05}, sleep=no_wait
-        )
-        adapter.min_edit_interval_s = 0.01
-        async with Bridge(settings) as bridge:
-            bridge.add_sender(adapter)
-            await adapter.start(bridge.handle)
-            try:
-                yield DiscordRig(bridge, adapter, dc, waits)
-            finally:
-                await adapter.stop()
-
-    return make
+def rig(discord_rig: RigFactory) -> RigFactory:
+    return discord_rig
 
 
 def mention(dc: FakeDiscord) -> str:

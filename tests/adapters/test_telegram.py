@@ -254,17 +254,14 @@ async def test_allowed_users_may_talk_in_their_own_session(
     assert session is not None
 
 
-async def test_media_gets_a_polite_reply_and_captions_count_as_text(
+async def test_media_it_cannot_open_gets_a_polite_reply(
     rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
 ) -> None:
-    fake_llm.push(fake.text("nice caption"))
     async with rig(fake_llm) as r:
         tg.dm(OWNER, None, sticker=True)
         [notice] = await r.sent_to(OWNER, 1)
-        tg.dm(OWNER, None, photo=True, caption="what is this?")
-        await r.sent_to(OWNER, 2)
-    assert "sticker" in notice["text"]
-    assert fake_llm.requests[0]["messages"][-1]["content"] == "what is this?"
+    assert "sticker" in notice["text"] and "I read text and photos" in notice["text"]
+    assert fake_llm.requests == []
 
 
 async def test_edits_and_messages_from_bots_are_ignored(

@@ -15,13 +15,14 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from tests.fakes.loopback import LoopbackServer
-from tests.fakes.openai_server import Reply, delay, write_events
+from tests.fakes.openai_server import Reply, decode_base64, delay, write_events
 
 __all__ = [
     "FakeAnthropic",
     "Reply",
     "delay",
     "http_error",
+    "images_in",
     "malformed",
     "overloaded",
     "text",
@@ -32,6 +33,9 @@ __all__ = [
 _ids = itertools.count(1)
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+# The real API takes requests up to 32 MB (aiohttp's own default, 1 MiB, is below one photo).
+MAX_BODY_BYTES = 32 * 1024**2
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
 def _message(content: list[dict[str, Any]], stop_reason: str, input_tokens: int, output_tokens: int) -> Reply:
@@ -107,6 +111,37 @@ def malformed() -> Reply:
 
 def _invalid(message: str) -> Reply:
     return http_error(400, message, error_type="invalid_request_error")
+
+
+def images_in(request_body: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """(media type, decoded bytes) of every base64 image block in a Messages request, in message and
+    block order, images inside tool_result content included; url sources and undecodable data are
+    skipped."""
+    images: list[tuple[str, bytes]] = []
+    messages = request_body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            nested = block.get("content") if block.get("type") == "tool_result" else None
+            for candidate in nested if isinstance(nested, list) else [block]:
+                image = _image(candidate)
+                if image is not None:
+                    images.append(image)
+    return images
+
+
+def _image(block: Any) -> tuple[str, bytes] | None:
+    if not isinstance(block, dict) or block.get("type") != "image":
+        return None
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return None
+    data = source.get("data")
+    decoded = decode_base64(data) if isinstance(data, str) else None
+    media_type = source.get("media_type")
+    return (media_type, decoded) if decoded is not None and isinstance(media_type, str) else None
 
 
 def stream_events(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,7 +243,7 @@ class FakeAnthropic(LoopbackServer):
         return f"{len(self.requests)} request(s), rejections: {self.rejections}"
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+        raw = await request.clone(client_max_size=MAX_BODY_BYTES).read()
         headers = CIMultiDict(request.headers)
         try:
             body = json.loads(raw)
@@ -369,7 +404,8 @@ def _check_content(message: dict[str, Any], i: int, previous: dict[str, Any] | N
     if not isinstance(content, list) or not content:
         return f"{where}: messages must have non-empty content"
     open_calls = {b.get("id") for b in _blocks(previous) if b.get("type") == "tool_use"}
-    seen_text = False
+    # The first block that is not a tool_result: every tool_result must come before it.
+    seen_other: str | None = None
     for j, block in enumerate(content):
         at = f"{where}.{j}"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -377,7 +413,14 @@ def _check_content(message: dict[str, Any], i: int, previous: dict[str, Any] | N
             problem = _check_text_block(block, at)
             if problem:
                 return problem
-            seen_text = True
+            seen_other = seen_other or "text"
+        elif kind == "image":
+            if message["role"] != "user":
+                return f"{at}: image blocks are only allowed in user messages"
+            problem = _check_image_block(block, at)
+            if problem:
+                return problem
+            seen_other = seen_other or "image"
         elif kind == "tool_use":
             if message["role"] != "assistant":
                 return f"{at}: tool_use blocks are only allowed in assistant messages"
@@ -396,12 +439,14 @@ def _check_content(message: dict[str, Any], i: int, previous: dict[str, Any] | N
                     f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
                     "`tool_use` block in the previous message."
                 )
-            if seen_text:
-                return f"{at}: tool_result blocks must come before any text in a user message"
+            if seen_other:
+                return f"{at}: tool_result blocks must come before any {seen_other} in a user message"
             result = block.get("content")
             if isinstance(result, list):
                 for k, part in enumerate(result):
-                    problem = _check_text_block(part, f"{at}.content.{k}")
+                    is_image = isinstance(part, dict) and part.get("type") == "image"
+                    check = _check_image_block if is_image else _check_text_block
+                    problem = check(part, f"{at}.content.{k}")
                     if problem:
                         return problem
             elif result is not None and not isinstance(result, str):
@@ -418,4 +463,56 @@ def _check_text_block(block: Any, at: str) -> str | None:
         return f"{at}: text content blocks must be non-empty"
     if not block["text"].strip():
         return f"{at}: text content blocks must contain non-whitespace text"
+    return None
+
+
+def _check_image_block(block: dict[str, Any], at: str) -> str | None:
+    """An image block as the real API checks it: a base64 source (a supported media_type, non-empty
+    base64 data of that type) or a url source (an http(s) URL)."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return f"{at}.image.source: Field required"
+    kind = source.get("type")
+    if kind == "url":
+        url = source.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            return f"{at}.image.source.url.url: Input should be a valid URL"
+        return None
+    if kind != "base64":
+        return (
+            f"{at}.image.source: Input tag {kind!r} found using 'type' does not match any of the expected "
+            "tags: 'base64', 'url'"
+        )
+    media_type = source.get("media_type")
+    if media_type not in IMAGE_TYPES:
+        return (
+            f"{at}.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png', "
+            "'image/gif' or 'image/webp'"
+        )
+    data = source.get("data")
+    if not isinstance(data, str) or not data:
+        return f"{at}.image.source.base64.data: Field required"
+    decoded = decode_base64(data)
+    if decoded is None:
+        return f"{at}.image.source.base64.data: Invalid base64 data"
+    actual = _sniff(decoded)
+    if actual is not None and actual != media_type:
+        return f"{at}.image.source.base64.data: Image does not match the provided media type {media_type}"
+    return None
+
+
+def _sniff(data: bytes) -> str | None:
+    """The image type `data` recognisably is, by its leading bytes; None when it matches none of them.
+
+    Data that is plainly another type than the one declared is refused, as the real API refuses it;
+    bytes no signature matches pass, so tests may send short stand-ins for images.
+    """
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
     return None

@@ -1,23 +1,35 @@
-"""A scripted fake OpenAI-compatible /chat/completions server on 127.0.0.1 for tests."""
+"""A scripted fake OpenAI-compatible server on 127.0.0.1 for tests: /chat/completions (image parts
+included) and /audio/transcriptions."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import inspect
 import itertools
 import json
+import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 from multidict import CIMultiDict
 
 from tests.fakes.loopback import LoopbackServer
 
 _ids = itertools.count(1)
+# Bodies are read up to this size (aiohttp's own default, 1 MiB, is below a photo or a voice note).
+MAX_BODY_BYTES = 64 * 1024**2
+# The image types OpenAI takes in a data URL, and the audio file extensions its transcription takes.
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+AUDIO_EXTENSIONS = ("flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm")
+TRANSCRIPT_FORMATS = ("json", "text", "verbose_json")
+DEFAULT_TRANSCRIPT = "(transcript)"
+_DATA_URL = re.compile(r"^data:([^;,]*);base64,(.*)$", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +183,189 @@ def malformed() -> Reply:
     return Reply(body=b'{"id": "chatcmpl-broken", "choices": [{"message": {"role": "assist')
 
 
+def invalid_request(message: str, param: str | None = None, code: str | None = None) -> Reply:
+    """A 400 as OpenAI words a malformed request: {"error": {"message", "type": "invalid_request_error",
+    "param", "code"}}."""
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return Reply(status=400, body={"error": error})
+
+
+def decode_base64(data: str) -> bytes | None:
+    """`data` decoded as strict base64 (standard alphabet, padded, no whitespace); None when it is not."""
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _data_url(url: str) -> tuple[str, bytes] | None:
+    match = _DATA_URL.match(url)
+    if match is None:
+        return None
+    data = decode_base64(match.group(2))
+    return None if data is None else (match.group(1), data)
+
+
+def images_in(request_body: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """(mime type, decoded bytes) of every inline image in a chat request, in message and part order.
+
+    Only base64 data URLs count: an http(s) image URL, or a part that does not decode, is skipped.
+    """
+    images: list[tuple[str, bytes]] = []
+    messages = request_body.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else None
+            decoded = _data_url(url) if isinstance(url, str) else None
+            if decoded is not None:
+                images.append(decoded)
+    return images
+
+
+def _check_chat(body: Any) -> Reply | None:
+    """The 400 OpenAI answers a chat request with malformed content parts; None when they are valid.
+
+    Only list content is checked (string content, roles and the rest go through as before): each part
+    needs a known type; text parts a string; image parts an image_url.url that is an http(s) URL or a
+    base64 data URL of a supported image type, and only in user messages.
+    """
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for i, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        if not content:
+            return invalid_request(
+                f"Invalid 'messages[{i}].content': empty array. Expected an array with minimum length 1, "
+                "but got an empty array instead.",
+                f"messages.[{i}].content",
+                "empty_array",
+            )
+        for j, part in enumerate(content):
+            problem = _check_part(part, message.get("role"), f"messages[{i}].content[{j}]")
+            if problem is not None:
+                return problem
+    return None
+
+
+def _check_part(part: Any, role: Any, at: str) -> Reply | None:
+    param = at.replace("[", ".[")
+    if not isinstance(part, dict):
+        return invalid_request(
+            f"Invalid type for '{at}': expected an object, but got {type(part).__name__} instead.",
+            param,
+            "invalid_type",
+        )
+    kind = part.get("type")
+    if kind is None:
+        return invalid_request(
+            f"Missing required parameter: '{at}.type'.", f"{param}.type", "missing_required_parameter"
+        )
+    if kind == "text":
+        if not isinstance(part.get("text"), str):
+            return invalid_request(
+                f"Missing required parameter: '{at}.text'.", f"{param}.text", "missing_required_parameter"
+            )
+        return None
+    if kind in ("input_audio", "file", "refusal"):
+        return None
+    if kind != "image_url":
+        return invalid_request(
+            f"Invalid value: '{kind}'. Supported values are: 'text', 'image_url', 'input_audio', 'refusal', "
+            "and 'file'.",
+            f"{param}.type",
+            "invalid_value",
+        )
+    if role != "user":
+        return invalid_request(
+            f"Invalid '{at}': Image URLs are only allowed for messages with role 'user', but this message "
+            f"with role '{role}' contains an image URL.",
+            param,
+            "invalid_value",
+        )
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else None
+    if not isinstance(url, str) or not url:
+        return invalid_request(
+            f"Missing required parameter: '{at}.image_url.url'.",
+            f"{param}.image_url.url",
+            "missing_required_parameter",
+        )
+    detail = image.get("detail") if isinstance(image, dict) else None
+    if detail is not None and detail not in ("auto", "low", "high"):
+        return invalid_request(
+            f"Invalid value: '{detail}'. Supported values are: 'auto', 'low', and 'high'.",
+            f"{param}.image_url.detail",
+            "invalid_value",
+        )
+    return _check_image_url(url, f"{at}.image_url.url", f"{param}.image_url.url")
+
+
+def _check_image_url(url: str, at: str, param: str) -> Reply | None:
+    if url.startswith(("http://", "https://")):
+        return None
+    expected = (
+        f"Invalid '{at}'. Expected a base64-encoded data URL with an image MIME type "
+        "(e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), but got "
+    )
+    match = _DATA_URL.match(url)
+    if match is None:
+        return invalid_request(expected + "a value that is not one.", param, "invalid_image_url")
+    if match.group(1) not in IMAGE_TYPES:
+        return invalid_request(
+            expected + f"unsupported MIME type '{match.group(1)}'.", param, "invalid_image_format"
+        )
+    if not match.group(2) or decode_base64(match.group(2)) is None:
+        return invalid_request(expected + "data that is not valid base64.", param, "invalid_image_url")
+    return None
+
+
+class Transcription(TypedDict):
+    """One POST /audio/transcriptions as the fake received it (None: the part was not sent)."""
+
+    model: str | None
+    filename: str | None
+    content_type: str | None
+    data: bytes
+    language: str | None
+    prompt: str | None
+    response_format: str | None
+    authorization: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Upload:
+    filename: str | None
+    content_type: str | None
+    data: bytes
+
+
+async def _read_form(request: web.Request) -> tuple[dict[str, str], dict[str, _Upload]]:
+    """The text fields and the file parts of a multipart/form-data body (a url-encoded form has fields
+    only); ValueError when the body is neither."""
+    if request.content_type == "application/x-www-form-urlencoded":
+        form = await request.clone(client_max_size=MAX_BODY_BYTES).post()
+        return {name: value for name, value in form.items() if isinstance(value, str)}, {}
+    if request.content_type != "multipart/form-data":
+        raise ValueError(f"expected multipart/form-data, got {request.content_type or 'no content type'}")
+    reader = await request.clone(client_max_size=MAX_BODY_BYTES).multipart()
+    fields: dict[str, str] = {}
+    files: dict[str, _Upload] = {}
+    async for part in reader:
+        if not isinstance(part, BodyPartReader) or not part.name:
+            raise ValueError("a multipart part without a name")
+        data = await part.read(decode=True)
+        if part.filename is not None:
+            files[part.name] = _Upload(part.filename, part.headers.get("Content-Type"), bytes(data))
+        else:
+            fields[part.name] = data.decode("utf-8", "replace")
+    return fields, files
+
+
 def _message(reply: Reply) -> dict[str, Any]:
     assert isinstance(reply.body, dict), "tool_calls() takes replies built with tool_call()"
     return reply.body["choices"][0]["message"]
@@ -181,6 +376,12 @@ class FakeOpenAI(LoopbackServer):
 
     Replies come from `script(body)` when given, else from the queue filled by push(). A request
     with nothing left to answer gets a 500 saying the script ran out, so the test fails loudly.
+    A chat request whose list content has malformed parts (see _check_chat) is recorded, then gets
+    OpenAI's 400 invalid_request_error, noted in `rejections`, and consumes no reply.
+
+    Also serves POST /v1/audio/transcriptions (also /audio/transcriptions), multipart like OpenAI's:
+    each one is recorded in `transcriptions`; the text comes from the queue push_transcript() fills
+    (`default_transcript` when it is empty), and a queued Reply is sent verbatim instead.
     """
 
     def __init__(self, script: Script | None = None) -> None:
@@ -192,12 +393,19 @@ class FakeOpenAI(LoopbackServer):
         self.paths: list[str] = []
         self._replies: deque[Reply] = deque()
         self._arrived = asyncio.Condition()
+        # What a 400 (chat or transcription) was about, in order.
+        self.rejections: list[str] = []
+        self.transcriptions: list[Transcription] = []
+        self.transcripts: deque[str | Reply] = deque()
+        self.default_transcript = DEFAULT_TRANSCRIPT
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/chat/completions", self._handle)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/audio/transcriptions", self._transcribe)
 
     @property
     def base_url(self) -> str:
@@ -213,6 +421,22 @@ class FakeOpenAI(LoopbackServer):
     def remaining(self) -> int:
         """Queued replies not yet consumed."""
         return len(self._replies)
+
+    def push_transcript(self, *items: str | Reply) -> None:
+        """Queue transcription answers, one per valid request in order: a string is the transcript
+        (shaped by the request's response_format); a Reply (http_error(...), delay(...)) goes out as is."""
+        self.transcripts.extend(items)
+
+    @property
+    def last_transcription(self) -> Transcription:
+        assert self.transcriptions, "FakeOpenAI: no transcription request received yet"
+        return self.transcriptions[-1]
+
+    def describe_state(self) -> str:
+        return (
+            f"{len(self.requests)} chat request(s), {len(self.transcriptions)} transcription(s), "
+            f"rejections: {self.rejections}"
+        )
 
     # The timeout parameter is the documented API that tests call; it bounds an internal wait.
     async def wait_for_requests(self, n: int, timeout: float = 5.0) -> None:  # noqa: ASYNC109
@@ -238,7 +462,7 @@ class FakeOpenAI(LoopbackServer):
     # -- serving ---------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+        raw = await request.clone(client_max_size=MAX_BODY_BYTES).read()
         try:
             body = json.loads(raw)
         except ValueError:
@@ -249,16 +473,73 @@ class FakeOpenAI(LoopbackServer):
             self.paths.append(request.path)
             index = len(self.requests) - 1
             self._arrived.notify_all()
+        self._notify()
 
-        reply = await self._next_reply(body, index)
+        reply = _check_chat(body)
+        if reply is not None:
+            self._reject(reply)
+        else:
+            reply = await self._next_reply(body, index)
+        await self._wait(reply)
+        if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict):
+            return await self._stream(request, body, reply)
+        return _send(reply)
+
+    async def _transcribe(self, request: web.Request) -> web.StreamResponse:
+        fields: dict[str, str] = {}
+        files: dict[str, _Upload] = {}
+        unreadable: str | None = None
+        try:
+            fields, files = await _read_form(request)
+        except ValueError as exc:
+            unreadable = str(exc)
+        upload = files.get("file")
+        self.transcriptions.append(
+            Transcription(
+                model=fields.get("model"),
+                filename=upload.filename if upload else None,
+                content_type=upload.content_type if upload else None,
+                data=upload.data if upload else b"",
+                language=fields.get("language"),
+                prompt=fields.get("prompt"),
+                response_format=fields.get("response_format"),
+                authorization=request.headers.get("Authorization"),
+            )
+        )
+        self._notify()
+
+        response_format = fields.get("response_format") or "json"
+        problem = _check_transcription(unreadable, fields, upload, response_format)
+        if problem is not None:
+            self._reject(problem)
+            return _send(problem)
+        item = self.transcripts.popleft() if self.transcripts else self.default_transcript
+        if isinstance(item, Reply):
+            await self._wait(item)
+            return _send(item)
+        if response_format == "text":
+            return web.Response(text=item, content_type="text/plain")
+        if response_format == "verbose_json":
+            language = fields.get("language") or "english"
+            verbose = {
+                "task": "transcribe",
+                "language": language,
+                "duration": 1.0,
+                "text": item,
+                "segments": [],
+            }
+            return web.json_response(verbose)
+        return web.json_response({"text": item})
+
+    def _reject(self, reply: Reply) -> None:
+        assert isinstance(reply.body, dict)
+        self.rejections.append(reply.body["error"]["message"])
+        self._notify()
+
+    async def _wait(self, reply: Reply) -> None:
         if reply.delay_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), reply.delay_s)
-        if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict):
-            return await self._stream(request, body, reply)
-        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-        headers = {"Content-Type": "application/json", **reply.headers}
-        return web.Response(status=reply.status, body=payload, headers=headers)
 
     async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply) -> web.StreamResponse:
         assert isinstance(reply.body, dict)
@@ -276,3 +557,41 @@ class FakeOpenAI(LoopbackServer):
         if self._replies:
             return self._replies.popleft()
         return http_error(500, f"FakeOpenAI: script ran out of replies at request #{index}")
+
+
+def _send(reply: Reply) -> web.Response:
+    payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+    headers = {"Content-Type": "application/json", **reply.headers}
+    return web.Response(status=reply.status, body=payload, headers=headers)
+
+
+def _check_transcription(
+    unreadable: str | None, fields: dict[str, str], upload: _Upload | None, response_format: str
+) -> Reply | None:
+    """The 400 OpenAI answers a malformed transcription request with; None when it is valid."""
+    if unreadable is not None:
+        return invalid_request(f"Could not parse multipart form: {unreadable}.")
+    if upload is None:
+        message = "Missing required parameter: 'file'."
+        if "file" in fields:
+            message = "Invalid 'file': expected a file upload (a part with a filename), got a plain field."
+        return invalid_request(message, "file", "missing_required_parameter")
+    if not fields.get("model"):
+        return invalid_request("Missing required parameter: 'model'.", "model", "missing_required_parameter")
+    name = upload.filename or ""
+    extension = name.rpartition(".")[2].lower() if "." in name else ""
+    if extension not in AUDIO_EXTENSIONS:
+        return invalid_request(
+            f"Invalid file format. Supported formats: {list(AUDIO_EXTENSIONS)}", "file", "invalid_value"
+        )
+    if not upload.data:
+        return invalid_request(
+            "Audio file is too short. Minimum audio length is 0.1 seconds.", "file", "audio_too_short"
+        )
+    if response_format not in TRANSCRIPT_FORMATS:
+        return invalid_request(
+            f"Invalid value: '{response_format}'. Supported values are: 'json', 'text' and 'verbose_json'.",
+            "response_format",
+            "invalid_value",
+        )
+    return None

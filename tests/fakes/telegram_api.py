@@ -11,16 +11,25 @@ import re
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Any, Literal
+from pathlib import PurePosixPath
+from typing import Any, Literal, NamedTuple
 
-from aiohttp import web
+from aiohttp import BodyPartReader, hdrs, web
 
 from tests.fakes.loopback import LoopbackServer
 
 FaultKind = Literal["429", "502", "drop", "400", "hang"]
 
 MAX_TEXT_UTF16 = 4096
+MAX_CAPTION_UTF16 = 1024
+MB = 1024 * 1024
+# getFile refuses a bigger file ("file is too big"): the cloud Bot API lets bots download up to 20 MB.
+MAX_DOWNLOAD_BYTES = 20 * MB
+# A multipart upload: photos up to 10 MB, anything else up to 50 MB.
+MAX_PHOTO_UPLOAD_BYTES = 10 * MB
+MAX_UPLOAD_BYTES = 50 * MB
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are exactly "
     "the same as a current content and reply markup of the message"
@@ -47,6 +56,7 @@ _JSON_FIELDS = frozenset(
 _INT_FIELDS = frozenset(
     {
         "chat_id",
+        "duration",
         "from_chat_id",
         "limit",
         "max_connections",
@@ -61,10 +71,13 @@ _INT_FIELDS = frozenset(
 _BOOL_FIELDS = frozenset(
     {
         "allow_sending_without_reply",
+        "disable_content_type_detection",
         "disable_notification",
         "disable_web_page_preview",
         "drop_pending_updates",
+        "has_spoiler",
         "protect_content",
+        "show_caption_above_media",
     }
 )
 # Sent when allowed_updates is an empty list or was never given (Telegram's documented default).
@@ -126,6 +139,15 @@ _SIMPLE_TAGS = {
     "pre": "pre",
     "tg-spoiler": "spoiler",
 }
+# The media a message can carry here, each with the folder and default extension of its file_path.
+_MEDIA_FOLDERS = {
+    "photo": ("photos", ".jpg"),
+    "document": ("documents", ""),
+    "voice": ("voice", ".oga"),
+    "audio": ("music", ".mp3"),
+}
+_SEND_MEDIA = {f"send{kind}": kind for kind in _MEDIA_FOLDERS}
+_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,10}")
 
 
 def utf16_len(text: str) -> int:
@@ -151,6 +173,38 @@ class TelegramApiError(Exception):
 
 def _bad_request(reason: str) -> TelegramApiError:
     return TelegramApiError(400, f"Bad Request: {reason}")
+
+
+@dataclass
+class _StoredFile:
+    """A file the fake can hand out through getFile and serve at /file/bot{token}/{file_path}."""
+
+    file_id: str
+    file_unique_id: str
+    file_path: str
+    data: bytes
+    file_size: int  # what Telegram advertises; may exceed len(data) to stand for a big file
+    file_name: str | None = None
+    mime_type: str | None = None
+    url: str | None = None  # sent by URL: Telegram would fetch it; the fake keeps the string
+
+    def fields(self) -> dict[str, Any]:
+        """The file_id, file_unique_id and file_size every Bot API file object carries."""
+        return {"file_id": self.file_id, "file_unique_id": self.file_unique_id, "file_size": self.file_size}
+
+
+class _InputFile(NamedTuple):
+    """The file a send named, stored, with the name and type it came with."""
+
+    stored: _StoredFile
+    source: Literal["upload", "file_id", "url"]
+    filename: str | None
+    content_type: str | None
+
+
+def _extension(file_name: str | None, default: str) -> str:
+    suffix = PurePosixPath(file_name or "").suffix
+    return suffix.lower() if _EXTENSION.fullmatch(suffix) else default
 
 
 class _TelegramHTML(HTMLParser):
@@ -317,6 +371,37 @@ class FakeTelegram(LoopbackServer):
     what the bot did from sent, edits, chat_actions, commands, webhook, calls and get_updates_offsets,
     and what it has not confirmed yet from pending_updates. Only getUpdates long-polls; stop() ends
     open polls.
+
+    Files, both ways, as the cloud Bot API does them:
+
+    * Inbound media: push_message (so dm()/group()) takes photo=<bytes> (two PhotoSize entries, 90x90
+      and 800x800, both downloading the bytes; the last, largest, has file_size=len(bytes)),
+      document=(file_name, mime_type, data), voice=<bytes> (audio/ogg) or audio=(file_name, mime_type,
+      data), duration= for voice and audio, and file_size= to advertise a size bigger than the data
+      (the largest photo size, or the document/voice/audio), e.g. 30 * MB for a file getFile refuses,
+      without allocating it. photo=True still makes photo sizes with no file behind them.
+      register_file(data, file_size=, file_name=, mime_type=) stores a file with no message and returns
+      its file_id (to send by file_id, or to getFile directly).
+    * getFile → {file_id, file_unique_id, file_size, file_path}; an unknown file_id → 400 "Bad Request:
+      invalid file_id", an advertised file_size over MAX_DOWNLOAD_BYTES (20 MB) → 400 "Bad Request:
+      file is too big". GET {api_base}/file/bot{token}/{file_path} serves the bytes
+      (application/octet-stream); a wrong token or unknown path → 404 "Not Found". Each file served is
+      appended to `downloads` (its file_path). fail_next("file", kind) makes the next download fail.
+    * Uploads: sendPhoto, sendDocument, sendVoice and sendAudio take the file as a multipart part (the
+      field itself or attach://name), a known file_id or an http(s) URL (kept as a string, no bytes).
+      An upload part over MAX_UPLOAD_BYTES (50 MB) → 413 "Request Entity Too Large"; a photo over
+      MAX_PHOTO_UPLOAD_BYTES (10 MB) → 400 "Bad Request: PHOTO_SAVE_FILE_INVALID"; an empty part → 400
+      "Bad Request: file must be non-empty"; no file → 400 "Bad Request: there is no photo in the
+      request" (document, voice, audio likewise); any other string → 400 "Bad Request: wrong file
+      identifier/HTTP URL specified". caption/parse_mode/caption_entities are validated like
+      sendMessage's text, up to MAX_CAPTION_UTF16 → 400 "Bad Request: message caption is too long".
+      Each lands in `sent` like a text message ("text" is the caption, "" when none, "raw_text" the
+      caption as sent, "media" the kind, "file_id" its file) and in `sent_files`: {method, media,
+      chat_id, message_id, file_id, filename, content_type, data, caption, source ("upload" |
+      "file_id" | "url"), url}. The file it makes can be fetched back through getFile and the file URL.
+    * editMessageText on a media message → 400 "Bad Request: there is no text in the message to
+      edit"; editMessageCaption edits a media message's caption (on a text message → 400 "Bad Request:
+      there is no caption in the message to edit") and is recorded in `edits` with a "media" key.
     """
 
     def __init__(self, token: str = "123456:TEST-TOKEN", bot_username: str = "bridge_test_bot") -> None:
@@ -352,11 +437,19 @@ class FakeTelegram(LoopbackServer):
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # every message, pushed or sent
         self._current: dict[tuple[int, int], dict[str, Any]] = {}  # sent records, after edits
         self._faults: defaultdict[str, deque[tuple[FaultKind, int, str]]] = defaultdict(deque)
+        self._files: dict[str, _StoredFile] = {}  # by file_id
+        self._files_by_path: dict[str, _StoredFile] = {}
+        self._file_counter = 0
+        # The file_path of every file served by the download route, in order.
+        self.downloads: list[str] = []
+        # Every file the bot sent (sendPhoto, sendDocument, ...), with the uploaded bytes.
+        self.sent_files: list[dict[str, Any]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{file_path:.+}", self._download)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
 
     @property
@@ -383,17 +476,36 @@ class FakeTelegram(LoopbackServer):
         message_thread_id: int | None = None,
         is_topic_message: bool = False,
         caption: str | None = None,
-        photo: bool = False,
+        photo: bool | bytes = False,
         sticker: bool = False,
         entities: list[dict[str, Any]] | None = None,
         reply_to_message: dict[str, Any] | None = None,
         from_bot: bool = False,
+        document: tuple[str, str, bytes] | None = None,
+        voice: bytes | None = None,
+        audio: tuple[str, str, bytes] | None = None,
+        duration: int = 1,
+        file_size: int | None = None,
     ) -> dict[str, Any]:
         """Queue a `message` update from a user and return the Message dict.
 
         entities None → a bot_command entity for a leading "/command" and a mention for every
         "@name" (UTF-16 offsets); a list → exactly those entities.
+
+        photo=True → photo sizes with no file behind them; photo=<bytes>, document=(file_name,
+        mime_type, data), voice=<bytes> or audio=(file_name, mime_type, data) → media whose file_ids
+        getFile and the file URL serve (one per message). file_size → the size advertised for it
+        (the largest photo size) instead of len(data); duration → voice and audio duration (s).
         """
+        with_bytes = [
+            name
+            for name, value in (("photo", photo), ("document", document), ("voice", voice), ("audio", audio))
+            if value is not None and not isinstance(value, bool)
+        ]
+        if len(with_bytes) > 1:
+            raise ValueError(f"one media per message, not {with_bytes}")
+        if file_size is not None and not with_bytes:
+            raise ValueError("file_size needs photo=<bytes>, document, voice or audio")
         sender: dict[str, Any] = {"id": user_id, "is_bot": from_bot, "first_name": first_name}
         if username is not None:
             sender["username"] = username
@@ -429,8 +541,11 @@ class FakeTelegram(LoopbackServer):
             found = _auto_entities(caption) if entities is None or text is not None else entities
             if found:
                 message["caption_entities"] = found
-        if photo:
-            n = message["message_id"]
+        n = message["message_id"]
+        if isinstance(photo, bytes):
+            large = self._store("photo", photo, file_size=file_size, file_id=f"photo-{chat_id}-{n}-m")
+            message["photo"] = self._photo_sizes(large, thumbnail_id=f"photo-{chat_id}-{n}-s")
+        elif photo:
             message["photo"] = [
                 {"file_id": f"photo-{chat_id}-{n}-s", "file_unique_id": f"ps{n}", "width": 90, "height": 90},
                 {
@@ -440,10 +555,23 @@ class FakeTelegram(LoopbackServer):
                     "height": 800,
                 },
             ]
+        if document is not None:
+            file_name, mime_type, data = document
+            stored = self._store(
+                "document", data, file_size=file_size, file_name=file_name, mime_type=mime_type
+            )
+            message["document"] = self._media_object("document", stored)
+        if voice is not None:
+            stored = self._store("voice", voice, file_size=file_size, mime_type="audio/ogg")
+            message["voice"] = self._media_object("voice", stored, duration=duration)
+        if audio is not None:
+            file_name, mime_type, data = audio
+            stored = self._store("audio", data, file_size=file_size, file_name=file_name, mime_type=mime_type)
+            message["audio"] = self._media_object("audio", stored, duration=duration)
         if sticker:
             message["sticker"] = {
-                "file_id": f"sticker-{chat_id}-{message['message_id']}",
-                "file_unique_id": f"st{message['message_id']}",
+                "file_id": f"sticker-{chat_id}-{n}",
+                "file_unique_id": f"st{n}",
                 "type": "regular",
                 "width": 512,
                 "height": 512,
@@ -511,6 +639,75 @@ class FakeTelegram(LoopbackServer):
         """getUpdates requests currently waiting for an update."""
         return self._open_polls
 
+    # -- files -----------------------------------------------------------------------------
+
+    def register_file(
+        self,
+        data: bytes,
+        *,
+        file_size: int | None = None,
+        file_name: str | None = None,
+        mime_type: str | None = None,
+    ) -> str:
+        """Store `data` as a file of no message and return its file_id, for getFile or sending by id.
+
+        file_size → the size Telegram advertises (getFile refuses one over MAX_DOWNLOAD_BYTES) while
+        only `data` is kept and served.
+        """
+        stored = self._store("document", data, file_size=file_size, file_name=file_name, mime_type=mime_type)
+        return stored.file_id
+
+    def _store(
+        self,
+        kind: str,
+        data: bytes,
+        *,
+        file_size: int | None = None,
+        file_name: str | None = None,
+        mime_type: str | None = None,
+        file_id: str | None = None,
+        url: str | None = None,
+    ) -> _StoredFile:
+        self._file_counter += 1
+        n = self._file_counter
+        folder, default_extension = _MEDIA_FOLDERS[kind]
+        stored = _StoredFile(
+            file_id=file_id or f"{kind}-file-{n}",
+            file_unique_id=f"fu{n}",
+            file_path=f"{folder}/file_{n}{_extension(file_name, default_extension)}",
+            data=bytes(data),
+            file_size=len(data) if file_size is None else file_size,
+            file_name=file_name,
+            mime_type=mime_type,
+            url=url,
+        )
+        self._files[stored.file_id] = stored
+        self._files_by_path[stored.file_path] = stored
+        return stored
+
+    def _photo_sizes(
+        self, large: _StoredFile, *, thumbnail: bool = True, thumbnail_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The PhotoSize array of a photo: a 90x90 thumbnail serving the same bytes, then `large`."""
+        sizes = [{**large.fields(), "width": 800, "height": 800}]
+        if thumbnail:
+            small = self._store("photo", large.data, file_id=thumbnail_id)
+            sizes.insert(0, {**small.fields(), "width": 90, "height": 90})
+        return sizes
+
+    @staticmethod
+    def _media_object(kind: str, stored: _StoredFile, *, duration: int = 1) -> dict[str, Any]:
+        """The Document, Voice or Audio object of a stored file."""
+        media = stored.fields()
+        if kind in ("voice", "audio"):
+            media["duration"] = duration
+        if kind in ("document", "audio") and stored.file_name is not None:
+            media["file_name"] = stored.file_name
+        mime_type = "audio/ogg" if kind == "voice" else stored.mime_type
+        if mime_type is not None:
+            media["mime_type"] = mime_type
+        return media
+
     # -- what the bot did ------------------------------------------------------------------
 
     def messages(self) -> list[dict[str, Any]]:
@@ -531,7 +728,7 @@ class FakeTelegram(LoopbackServer):
 
     def describe_state(self) -> str:
         return (
-            f"sent={[(m['chat_id'], m['text'][:40]) for m in self.sent[-5:]]}, "
+            f"sent={[(m['chat_id'], _summary(m)) for m in self.sent[-5:]]}, "
             f"last calls={[method for method, _ in self.calls[-10:]]}"
         )
 
@@ -551,6 +748,7 @@ class FakeTelegram(LoopbackServer):
         "429" → flood control with parameters.retry_after; "502" → an HTML Bad Gateway page, as
         a proxy sends; "drop" → the connection closes with no response; "400" → `description`;
         "hang" → no answer at all until the server stops (a process can be killed mid-send).
+        method "file" → the next downloads from the file URL fail the same way.
         """
         if kind not in ("429", "502", "drop", "400", "hang"):
             raise ValueError(f"unknown fault kind {kind!r}")
@@ -582,21 +780,8 @@ class FakeTelegram(LoopbackServer):
                 if re.fullmatch(r"\d+:[\w-]+", token):
                     raise TelegramApiError(401, "Unauthorized")
                 raise TelegramApiError(404, "Not Found")
-            if self._faults[method]:
-                kind, retry_after, detail = self._faults[method].popleft()
-                if kind == "hang":
-                    await asyncio.Event().wait()
-                if kind == "drop":
-                    if request.transport is not None:
-                        request.transport.close()
-                    return web.Response()  # never reaches the client: the connection is gone
-                if kind == "502":
-                    return web.Response(status=502, body=BAD_GATEWAY_HTML, content_type="text/html")
-                if kind == "429":
-                    raise TelegramApiError(
-                        429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}
-                    )
-                raise TelegramApiError(400, detail)
+            if (faulted := await self._injected_fault(method, request)) is not None:
+                return faulted
             handler = self._handlers().get(method)
             if handler is None:
                 raise TelegramApiError(404, "Not Found")
@@ -604,6 +789,42 @@ class FakeTelegram(LoopbackServer):
             if inspect.isawaitable(result):
                 result = await result
             return self._json(200, {"ok": True, "result": result})
+        except TelegramApiError as exc:
+            return self._json(exc.code, exc.body())
+        finally:
+            self._notify()
+
+    async def _injected_fault(self, key: str, request: web.Request) -> web.StreamResponse | None:
+        """Play the next fault queued for `key`: a response to send, or a TelegramApiError raised."""
+        if not self._faults[key]:
+            return None
+        kind, retry_after, detail = self._faults[key].popleft()
+        if kind == "hang":
+            await asyncio.Event().wait()
+        if kind == "drop":
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()  # never reaches the client: the connection is gone
+        if kind == "502":
+            return web.Response(status=502, body=BAD_GATEWAY_HTML, content_type="text/html")
+        if kind == "429":
+            raise TelegramApiError(
+                429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}
+            )
+        raise TelegramApiError(400, detail)
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """GET /file/bot{token}/{file_path}: the bytes of a file getFile handed out."""
+        try:
+            if request.match_info["token"] != self.token:
+                raise TelegramApiError(404, "Not Found")
+            if (faulted := await self._injected_fault("file", request)) is not None:
+                return faulted
+            stored = self._files_by_path.get(request.match_info["file_path"])
+            if stored is None:
+                raise TelegramApiError(404, "Not Found")
+            self.downloads.append(stored.file_path)
+            return web.Response(body=stored.data, content_type="application/octet-stream")
         except TelegramApiError as exc:
             return self._json(exc.code, exc.body())
         finally:
@@ -624,6 +845,9 @@ class FakeTelegram(LoopbackServer):
             "sendchataction": self._send_chat_action,
             "sendmessage": self._send_message,
             "editmessagetext": self._edit_message_text,
+            "editmessagecaption": self._edit_message_caption,
+            "getfile": self._get_file,
+            **{method: self._media_sender(kind) for method, kind in _SEND_MEDIA.items()},
         }
 
     # -- methods ---------------------------------------------------------------------------
@@ -747,6 +971,196 @@ class FakeTelegram(LoopbackServer):
     def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = self._chat_id(params)
         text, entities = self._render(params, too_long="message is too long")
+        thread_id, target = self._reply_context(params, chat_id)
+        message = self._new_message(chat_id, params, thread_id, target)
+        message["text"] = text
+        if entities:
+            message["entities"] = entities
+        if isinstance(params.get("link_preview_options"), dict):
+            message["link_preview_options"] = params["link_preview_options"]
+        self._messages[(chat_id, message["message_id"])] = message
+        self._record(message, params, text=text, raw_text=params.get("text"), entities=entities)
+        return message
+
+    def _media_sender(self, kind: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        return lambda params: self._send_media(kind, params)
+
+    def _send_media(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
+        """sendPhoto, sendDocument, sendVoice, sendAudio: the file in params[kind], an optional caption."""
+        chat_id = self._chat_id(params)
+        caption, entities = self._render(
+            params,
+            field="caption",
+            entities_field="caption_entities",
+            limit=MAX_CAPTION_UTF16,
+            too_long="message caption is too long",
+            optional=True,
+        )
+        thread_id, target = self._reply_context(params, chat_id)
+        given = self._input_file(kind, params)  # last: a refused send stores no file
+        stored = given.stored
+        message = self._new_message(chat_id, params, thread_id, target)
+        if kind == "photo":
+            # An upload gets a thumbnail too; a photo sent again by file_id or URL just its one size.
+            message["photo"] = self._photo_sizes(stored, thumbnail=given.source == "upload")
+        else:
+            duration = params.get("duration")
+            duration = duration if isinstance(duration, int) and not isinstance(duration, bool) else 1
+            message[kind] = self._media_object(kind, stored, duration=duration)
+        if caption:
+            message["caption"] = caption
+        if entities:
+            message["caption_entities"] = entities
+        self._messages[(chat_id, message["message_id"])] = message
+        self._record(
+            message,
+            params,
+            text=caption,
+            raw_text=params.get("caption") if isinstance(params.get("caption"), str) else None,
+            entities=entities,
+            media=kind,
+            file_id=stored.file_id,
+        )
+        self.sent_files.append(
+            {
+                "method": f"send{kind}",
+                "media": kind,
+                "chat_id": chat_id,
+                "message_id": message["message_id"],
+                "file_id": stored.file_id,
+                "filename": given.filename,
+                "content_type": given.content_type,
+                "data": stored.data,
+                "caption": caption or None,
+                "source": given.source,
+                "url": stored.url,
+            }
+        )
+        return message
+
+    def _input_file(self, kind: str, params: dict[str, Any]) -> _InputFile:
+        """The file params[kind] gives: an uploaded part, stored now, a known file_id or a URL."""
+        value = params.get(kind)
+        if isinstance(value, str) and value.startswith("attach://"):
+            value = params.get(value.removeprefix("attach://"))
+        if isinstance(value, dict) and "data" in value:  # a multipart part (see _read_multipart)
+            if value["size"] == 0:
+                raise _bad_request("file must be non-empty")
+            if kind == "photo" and value["size"] > MAX_PHOTO_UPLOAD_BYTES:
+                raise _bad_request("PHOTO_SAVE_FILE_INVALID")
+            name, content_type = value["filename"], value["content_type"]
+            if kind == "photo":  # Telegram recompresses a photo to JPEG; its sizes carry no name
+                stored = self._store(kind, value["data"])
+            else:
+                stored = self._store(kind, value["data"], file_name=name, mime_type=content_type)
+            return _InputFile(stored, "upload", name, content_type)
+        if isinstance(value, str) and value:
+            if value in self._files:
+                known = self._files[value]
+                return _InputFile(known, "file_id", known.file_name, known.mime_type)
+            if re.match(r"https?://[^\s/]+", value):
+                name = PurePosixPath(value.split("?", 1)[0]).name or None
+                return _InputFile(self._store(kind, b"", file_name=name, url=value), "url", name, None)
+            raise _bad_request("wrong file identifier/HTTP URL specified")
+        raise _bad_request(f"there is no {kind} in the request")
+
+    def _get_file(self, params: dict[str, Any]) -> dict[str, Any]:
+        file_id = params.get("file_id")
+        stored = self._files.get(file_id) if isinstance(file_id, str) else None
+        if stored is None:
+            raise _bad_request("invalid file_id")
+        if stored.file_size > MAX_DOWNLOAD_BYTES:
+            raise _bad_request("file is too big")
+        return {**stored.fields(), "file_path": stored.file_path}
+
+    def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any]:
+        if "chat_id" not in params or "message_id" not in params:
+            raise _bad_request("message to edit not found")
+        chat_id = self._chat_id(params)
+        message_id = params["message_id"]
+        text, entities = self._render(params, too_long="MESSAGE_TOO_LONG")
+        message = self._messages.get((chat_id, message_id))
+        if message is None:
+            raise _bad_request("message to edit not found")
+        if message["from"]["id"] != self.bot_id:
+            raise _bad_request("message can't be edited")
+        if "text" not in message:
+            if _media_kind(message) is not None:
+                raise _bad_request("there is no text in the message to edit")
+            raise _bad_request("message can't be edited")
+        return self._apply_edit(message, params, ("text", "entities"), text, entities)
+
+    def _edit_message_caption(self, params: dict[str, Any]) -> dict[str, Any]:
+        if "chat_id" not in params or "message_id" not in params:
+            raise _bad_request("message to edit not found")
+        chat_id = self._chat_id(params)
+        message_id = params["message_id"]
+        caption, entities = self._render(
+            params,
+            field="caption",
+            entities_field="caption_entities",
+            limit=MAX_CAPTION_UTF16,
+            too_long="message caption is too long",
+            optional=True,
+        )
+        message = self._messages.get((chat_id, message_id))
+        if message is None:
+            raise _bad_request("message to edit not found")
+        if message["from"]["id"] != self.bot_id:
+            raise _bad_request("message can't be edited")
+        if _media_kind(message) is None:
+            raise _bad_request("there is no caption in the message to edit")
+        return self._apply_edit(message, params, ("caption", "caption_entities"), caption, entities)
+
+    def _apply_edit(
+        self,
+        message: dict[str, Any],
+        params: dict[str, Any],
+        fields: tuple[str, str],
+        text: str,
+        entities: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Set a message's text or caption (fields: it and its entities' key) as an edit records it."""
+        field, entities_field = fields
+        markup = params.get("reply_markup")
+        new_markup = markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
+        if (text, entities, new_markup) == (
+            message.get(field, ""),
+            message.get(entities_field, []),
+            message.get("reply_markup"),
+        ):
+            raise TelegramApiError(400, NOT_MODIFIED)
+        message.pop(field, None)
+        if text or field == "text":
+            message[field] = text
+        message.pop(entities_field, None)
+        if entities:
+            message[entities_field] = entities
+        message.pop("reply_markup", None)
+        if new_markup is not None:
+            message["reply_markup"] = new_markup
+        message["edit_date"] = max(int(time.time()), message["date"])
+        chat_id, message_id = message["chat"]["id"], message["message_id"]
+        edit: dict[str, Any] = {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "text": text,
+            "raw_text": params.get(field),
+            "parse_mode": params.get("parse_mode"),
+            "entities": entities,
+        }
+        if field == "caption":
+            edit["media"] = _media_kind(message)
+        self.edits.append(edit)
+        current = self._current[(chat_id, message_id)]
+        current.update({k: v for k, v in edit.items() if k not in ("chat_id", "message_id", "media")})
+        current["edit_count"] += 1
+        return copy.deepcopy(message)
+
+    def _reply_context(
+        self, params: dict[str, Any], chat_id: int
+    ) -> tuple[int | None, dict[str, Any] | None]:
+        """(message_thread_id, the message replied to) of a send, both checked."""
         thread_id = params.get("message_thread_id")
         if thread_id == 1:
             raise _bad_request("message thread not found")
@@ -759,97 +1173,88 @@ class FakeTelegram(LoopbackServer):
         target = self._messages.get((reply_chat, reply_to)) if reply_to is not None else None
         if reply_to is not None and target is None and not allow_missing:
             raise _bad_request("message to be replied not found")
+        return thread_id, target
 
+    def _new_message(
+        self,
+        chat_id: int,
+        params: dict[str, Any],
+        thread_id: int | None,
+        target: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """A Message from the bot with the next id in chat_id: thread, reply and inline keyboard set."""
         message: dict[str, Any] = {
             "message_id": self._take_message_id(chat_id),
             "date": int(time.time()),
             "chat": self._chat(chat_id),
             "from": dict(self._bot_user),
-            "text": text,
         }
-        if entities:
-            message["entities"] = entities
         if thread_id is not None:
             message["message_thread_id"] = thread_id
             message["is_topic_message"] = True
         if target is not None:
             message["reply_to_message"] = {k: v for k, v in target.items() if k != "reply_to_message"}
-        if isinstance(params.get("link_preview_options"), dict):
-            message["link_preview_options"] = params["link_preview_options"]
         markup = params.get("reply_markup")
         if isinstance(markup, dict) and "inline_keyboard" in markup:
             message["reply_markup"] = markup
-        self._messages[(chat_id, message["message_id"])] = message
-
-        record = {
-            "message_id": message["message_id"],
-            "chat_id": chat_id,
-            "text": text,
-            "raw_text": params.get("text"),
-            "parse_mode": params.get("parse_mode"),
-            "entities": entities,
-            "reply_to_message_id": reply_to if target is not None else None,
-            "message_thread_id": thread_id,
-            "disable_notification": bool(params.get("disable_notification", False)),
-            "link_preview_options": params.get("link_preview_options"),
-            "reply_markup": markup,
-            "date": message["date"],
-            "edit_count": 0,
-        }
-        self.sent.append(record)
-        self._current[(chat_id, message["message_id"])] = copy.deepcopy(record)
         return message
 
-    def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any]:
-        if "chat_id" not in params or "message_id" not in params:
-            raise _bad_request("message to edit not found")
-        chat_id = self._chat_id(params)
-        message_id = params["message_id"]
-        text, entities = self._render(params, too_long="MESSAGE_TOO_LONG")
-        message = self._messages.get((chat_id, message_id))
-        if message is None:
-            raise _bad_request("message to edit not found")
-        if message["from"]["id"] != self.bot_id or "text" not in message:
-            raise _bad_request("message can't be edited")
-        markup = params.get("reply_markup")
-        new_markup = markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
-        if (text, entities, new_markup) == (
-            message["text"],
-            message.get("entities", []),
-            message.get("reply_markup"),
-        ):
-            raise TelegramApiError(400, NOT_MODIFIED)
-        message["text"] = text
-        message.pop("entities", None)
-        if entities:
-            message["entities"] = entities
-        message.pop("reply_markup", None)
-        if new_markup is not None:
-            message["reply_markup"] = new_markup
-        message["edit_date"] = max(int(time.time()), message["date"])
-        edit = {
-            "chat_id": chat_id,
-            "message_id": message_id,
+    def _record(
+        self,
+        message: dict[str, Any],
+        params: dict[str, Any],
+        *,
+        text: str,
+        raw_text: str | None,
+        entities: list[dict[str, Any]],
+        media: str | None = None,
+        file_id: str | None = None,
+    ) -> None:
+        """Append a sent message to `sent` and keep its current state for messages()/messages_in()."""
+        reply = message.get("reply_to_message")
+        record = {
+            "message_id": message["message_id"],
+            "chat_id": message["chat"]["id"],
             "text": text,
-            "raw_text": params.get("text"),
+            "raw_text": raw_text,
             "parse_mode": params.get("parse_mode"),
             "entities": entities,
+            "reply_to_message_id": reply["message_id"] if reply is not None else None,
+            "message_thread_id": message.get("message_thread_id"),
+            "disable_notification": bool(params.get("disable_notification", False)),
+            "link_preview_options": params.get("link_preview_options"),
+            "reply_markup": params.get("reply_markup"),
+            "date": message["date"],
+            "edit_count": 0,
+            "media": media,
+            "file_id": file_id,
         }
-        self.edits.append(edit)
-        current = self._current[(chat_id, message_id)]
-        current.update({k: v for k, v in edit.items() if k not in ("chat_id", "message_id")})
-        current["edit_count"] += 1
-        return copy.deepcopy(message)
+        self.sent.append(record)
+        self._current[(record["chat_id"], record["message_id"])] = copy.deepcopy(record)
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _render(self, params: dict[str, Any], *, too_long: str) -> tuple[str, list[dict[str, Any]]]:
-        """The visible text and entities of params["text"], validated as Telegram does."""
-        raw = params.get("text")
+    def _render(
+        self,
+        params: dict[str, Any],
+        *,
+        too_long: str,
+        field: str = "text",
+        entities_field: str = "entities",
+        limit: int = MAX_TEXT_UTF16,
+        optional: bool = False,
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The visible text and entities of params[field], validated as Telegram does.
+
+        optional (a caption) → ("", []) where a text would be refused as empty.
+        """
+        raw = params.get(field)
         if not isinstance(raw, str) or not raw.strip():
+            if optional:
+                return "", []
             raise _bad_request("message text is empty")
         parse_mode = params.get("parse_mode")
-        entities = params.get("entities")
+        entities = params.get(entities_field)
         if isinstance(entities, list):
             text, found = raw, [dict(e) for e in entities]
         elif parse_mode is None or parse_mode == "":
@@ -862,8 +1267,10 @@ class FakeTelegram(LoopbackServer):
             raise _bad_request(f"unsupported parse_mode {parse_mode!r}")
         text, found = _trim(text, found)
         if not text:
+            if optional:
+                return "", []
             raise _bad_request("message text is empty")
-        if utf16_len(text) > MAX_TEXT_UTF16:
+        if utf16_len(text) > limit:
             raise _bad_request(too_long)
         return text, found
 
@@ -912,21 +1319,57 @@ async def _read_params(request: web.Request) -> dict[str, Any]:
             if not isinstance(body, dict):
                 raise _bad_request("JSON object expected")
             params.update(body)
-        elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-            form = await request.post()
-            for key, value in form.items():
-                if isinstance(value, web.FileField):
-                    content = value.file.read()
-                    params[key] = {
-                        "filename": value.filename,
-                        "content_type": value.content_type,
-                        "size": len(content),
-                    }
-                else:
-                    params[key] = value
+        elif request.content_type == "multipart/form-data":
+            params.update(await _read_multipart(request))
+        elif request.content_type == "application/x-www-form-urlencoded":
+            params.update((await request.post()).items())
         else:
             await request.read()
     return {key: _decode(key, value) for key, value in params.items()}
+
+
+async def _read_multipart(request: web.Request) -> dict[str, Any]:
+    """The fields of a multipart body; a file part becomes {filename, content_type, size, data}.
+
+    Read part by part (aiohttp's request.post() stops at 1 MB); a part over MAX_UPLOAD_BYTES is read
+    to its end without being kept and the request is refused with 413, as Telegram's front end does.
+    """
+    params: dict[str, Any] = {}
+    too_large = False
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader) or part.name is None:
+            continue  # nested multipart or a nameless part: skipped (next() reads past it)
+        if part.filename is None:
+            params[part.name] = await part.text()
+            continue
+        data = bytearray()
+        size = 0
+        while chunk := await part.read_chunk(1 << 16):
+            size += len(chunk)
+            if size <= MAX_UPLOAD_BYTES:
+                data.extend(chunk)
+        too_large = too_large or size > MAX_UPLOAD_BYTES
+        params[part.name] = {
+            "filename": part.filename,
+            "content_type": part.headers.get(hdrs.CONTENT_TYPE, "application/octet-stream"),
+            "size": size,
+            "data": bytes(data) if size <= MAX_UPLOAD_BYTES else b"",
+        }
+    if too_large:
+        raise TelegramApiError(413, "Request Entity Too Large")
+    return params
+
+
+def _media_kind(message: dict[str, Any]) -> str | None:
+    """Which of photo, document, voice, audio a message carries, if any."""
+    return next((kind for kind in _MEDIA_FOLDERS if kind in message), None)
+
+
+def _summary(record: dict[str, Any]) -> str:
+    """A sent record in a few words, for describe_state."""
+    text = str(record["text"])[:40]
+    return f"[{record['media']}] {text}" if record.get("media") else text
 
 
 def _decode(key: str, value: Any) -> Any:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import struct
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -11,7 +14,7 @@ import aiohttp
 import discord
 import pytest
 
-from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_api import FakeDiscord, Upload
 
 GUILD = 900_000_000_000_000_001
 GENERAL = 900_000_000_000_000_011
@@ -286,3 +289,162 @@ async def test_gateway_rejects_a_wrong_token_with_4004(fake: FakeDiscord) -> Non
             await client.connect(reconnect=True)
     assert caught.value.code == 4004
     await client.close()
+
+
+def png(width: int, height: int) -> bytes:
+    """A PNG signature and IHDR chunk: enough for anything that reads the image's size."""
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
+
+
+def text_channel(state: Running) -> discord.TextChannel:
+    channel = state.client.get_channel(GENERAL)
+    assert isinstance(channel, discord.TextChannel)
+    return channel
+
+
+async def test_image_attachment_arrives_and_downloads(fake: FakeDiscord) -> None:
+    async with running(fake) as state:
+        image = png(32, 16)
+        posted = fake.post(GENERAL, ALICE, attachments=[Upload("cat.png", "image/png", image)])
+        message = await next_message(state)
+        assert message.content == ""
+        [attachment] = message.attachments
+        assert attachment.id == int(posted["attachments"][0]["id"])
+        assert attachment.filename == "cat.png"
+        assert attachment.content_type == "image/png"
+        assert attachment.size == len(image)
+        assert (attachment.width, attachment.height) == (32, 16)
+        assert attachment.url.startswith(f"{fake.origin}/attachments/{GENERAL}/{attachment.id}/cat.png?")
+        assert attachment.proxy_url
+        assert not attachment.is_voice_message()
+        assert not message.flags.voice
+        assert fake.downloads == []
+
+        assert await attachment.read() == image
+        [download] = fake.downloads
+        assert download["attachment_id"] == str(attachment.id)
+        assert download["status"] == 200
+        assert fake.files_of(message.id) == [("cat.png", "image/png", image)]
+
+
+async def test_cdn_wants_the_signed_url_and_takes_faults(fake: FakeDiscord) -> None:
+    async with running(fake) as state:
+        fake.dm(ALICE, "see file", attachments=[("notes.txt", "text/plain", b"hello")])
+        message = await next_message(state)
+        [attachment] = message.attachments
+        async with aiohttp.ClientSession() as session:
+            async with session.get(attachment.url.split("?")[0]) as response:
+                assert response.status == 404
+                assert await response.text() == "This content is no longer available."
+            async with session.get(attachment.url) as response:
+                assert response.status == 200
+                assert response.headers["Content-Type"] == "text/plain"
+                assert await response.read() == b"hello"
+        fake.fail_next("GET /attachments/{}/{}/{}", "503")
+        with pytest.raises(discord.HTTPException) as caught:
+            await attachment.read()
+        assert caught.value.status == 503
+        assert [d["status"] for d in fake.downloads] == [404, 200, 503]
+
+
+async def test_advertised_size_needs_no_allocation(fake: FakeDiscord) -> None:
+    async with running(fake) as state:
+        big = 30 * 1024 * 1024
+        fake.post(GENERAL, ALICE, "huge", attachments=[Upload("movie.mp4", "video/mp4", b"", size=big)])
+        message = await next_message(state)
+        assert message.attachments[0].size == big
+        assert fake.downloads == []  # a bot that checks size first never fetches it
+
+        fake.post(
+            GENERAL, ALICE, "padded", attachments=[Upload("a.bin", "application/zip", b"PK", size=200_000)]
+        )
+        served = await (await next_message(state)).attachments[0].read()
+        assert len(served) == 200_000
+        assert served.startswith(b"PK")
+        assert served[2:] == bytes(200_000 - 2)
+
+
+async def test_voice_message_is_flagged(fake: FakeDiscord) -> None:
+    async with running(fake) as state:
+        ogg = b"OggS" + bytes(100)
+        posted = fake.dm(ALICE, attachments=[Upload("voice-message.ogg", "audio/ogg", ogg, voice=True)])
+        message = await next_message(state)
+        assert posted["flags"] == 1 << 13
+        assert message.flags.voice
+        [attachment] = message.attachments
+        assert attachment.is_voice_message()
+        assert attachment.content_type == "audio/ogg"
+        assert attachment.duration == 2.5
+        assert attachment.waveform
+        assert await attachment.read() == ogg
+
+
+async def test_sent_file_round_trips(fake: FakeDiscord) -> None:
+    async with running(fake) as state:
+        data = b"col1,col2\n1,2\n"
+        sent = await text_channel(state).send(
+            "the report", file=discord.File(io.BytesIO(data), "my report.csv")
+        )
+        [attachment] = sent.attachments
+        assert attachment.filename == "my_report.csv"  # Discord turns spaces into underscores
+        assert attachment.content_type == "text/csv; charset=utf-8"
+        assert attachment.size == len(data)
+        assert await attachment.read() == data
+        assert fake.files_of(sent.id) == [("my_report.csv", "text/csv; charset=utf-8", data)]
+        [request] = fake.requests_to("POST /channels/{id}/messages")
+        assert request["json"]["content"] == "the report"
+        assert request["files"] == [
+            {
+                "name": "files[0]",
+                "filename": "my report.csv",
+                "content_type": "application/octet-stream",
+                "size": 14,
+            }
+        ]
+
+        image = png(8, 8)
+        files = [discord.File(io.BytesIO(image), "a.png"), discord.File(io.BytesIO(b"x"), "b.bin")]
+        sent = await text_channel(state).send(files=files)
+        assert [(a.filename, a.width) for a in sent.attachments] == [("a.png", 8), ("b.bin", None)]
+        assert [f[2] for f in fake.files_of(sent.id)] == [image, b"x"]
+
+
+async def test_upload_over_the_limit_is_413(fake: FakeDiscord) -> None:
+    async with running(fake) as state:
+        channel = text_channel(state)
+        too_big = discord.File(io.BytesIO(bytes(10 * 1024 * 1024 + 1)), "big.bin")
+        with pytest.raises(discord.HTTPException) as caught:
+            await channel.send(file=too_big)
+        assert caught.value.status == 413
+        assert caught.value.code == 40005
+        assert fake.created == []
+
+        fake.upload_limit = 1000
+        halves = [
+            discord.File(io.BytesIO(bytes(500)), "a.bin"),
+            discord.File(io.BytesIO(bytes(500)), "b.bin"),
+        ]
+        await channel.send(files=halves)  # exactly the limit in total
+        with pytest.raises(discord.HTTPException) as caught:
+            await channel.send(files=[discord.File(io.BytesIO(bytes(600)), n) for n in ("a.bin", "b.bin")])
+        assert caught.value.status == 413
+        assert len(fake.created) == 1
+
+
+async def test_edit_keeps_or_replaces_attachments(fake: FakeDiscord) -> None:
+    async with running(fake) as state:
+        sent = await text_channel(state).send("v1", file=discord.File(io.BytesIO(b"one"), "one.txt"))
+        edited = await sent.edit(content="v2")
+        assert [a.filename for a in edited.attachments] == ["one.txt"]
+        assert fake.created[0]["content"] == "v2"
+
+        edited = await edited.edit(
+            attachments=[*edited.attachments, discord.File(io.BytesIO(b"two"), "two.txt")]
+        )
+        assert [a.filename for a in edited.attachments] == ["one.txt", "two.txt"]
+        assert [f[2] for f in fake.files_of(sent.id)] == [b"one", b"two"]
+
+        edited = await edited.edit(attachments=[])
+        assert edited.attachments == []
+        assert fake.files_of(sent.id) == []

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import httpx
 import pytest
-from telegram import Bot, BotCommand, Message, MessageEntity, ReplyParameters, Update
+from telegram import Bot, BotCommand, File, Message, MessageEntity, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Conflict, InvalidToken, NetworkError, RetryAfter
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
@@ -352,6 +352,7 @@ async def test_wire_format(fake: FakeTelegram) -> None:
             "filename": "a.txt",
             "content_type": "text/plain",
             "size": 3,
+            "data": b"abc",
         }
         assert [m["text"] for m in fake.sent] == ["json", "123", "multi"]
 
@@ -483,3 +484,228 @@ async def test_pushed_media_replies_and_bots_parse_in_ptb(fake: FakeTelegram, bo
     assert as_photo.reply_to_message is not None and as_photo.reply_to_message.text == "look"
     assert as_sticker.sticker is not None and as_sticker.from_user is not None and as_sticker.from_user.is_bot
     assert as_sticker.chat.title and as_sticker.text is None
+
+
+# -- files: downloads and uploads -------------------------------------------------------------
+
+JPEG = b"\xff\xd8\xff\xe0fake-jpeg-bytes"
+OGG = b"OggS\x00fake-opus"
+
+
+async def test_pushed_media_downloads_through_get_file(fake: FakeTelegram, bot: Bot) -> None:
+    fake.dm(CHAT, None, photo=JPEG, caption="see")
+    fake.dm(CHAT, None, document=("notes.txt", "text/plain", b"hello notes"))
+    fake.group(GROUP, 7, None, voice=OGG, duration=4)
+    fake.dm(CHAT, None, audio=("song.mp3", "audio/mpeg", b"ID3 song"))
+    photo, document, voice, audio = [u.message for u in await bot.get_updates() if u.message]
+
+    assert len(photo.photo) == 2 and photo.caption == "see"
+    small, large = photo.photo
+    assert (small.width, large.width) == (90, 800) and large.file_size == len(JPEG)
+    for size in (large, small):
+        assert await (await size.get_file()).download_as_bytearray() == bytearray(JPEG)
+
+    assert document.document is not None
+    assert (document.document.file_name, document.document.mime_type) == ("notes.txt", "text/plain")
+    assert document.document.file_size == len(b"hello notes")
+    file = await bot.get_file(document.document.file_id)
+    assert file.file_size == 11 and file.file_path is not None
+    assert file.file_path.startswith(f"{fake.api_base}/file/bot{fake.token}/documents/")
+    assert file.file_path.endswith(".txt")
+    assert await file.download_as_bytearray() == bytearray(b"hello notes")
+
+    assert voice.voice is not None and voice.voice.mime_type == "audio/ogg"
+    assert voice.voice.duration == dtm.timedelta(seconds=4) and voice.voice.file_size == len(OGG)
+    assert bytes(await (await voice.voice.get_file()).download_as_bytearray()) == OGG
+
+    assert audio.audio is not None and audio.audio.file_name == "song.mp3"
+    assert audio.audio.mime_type == "audio/mpeg"
+    assert bytes(await (await audio.audio.get_file()).download_as_bytearray()) == b"ID3 song"
+
+    assert len(fake.downloads) == 5 and fake.downloads[2].startswith("documents/")
+    assert fake.methods().count("getfile") == 5
+
+
+async def test_an_application_downloads_a_pushed_document(fake: FakeTelegram) -> None:
+    received: asyncio.Queue[Update] = asyncio.Queue()
+    async with running_app(fake, received):
+        fake.dm(CHAT, None, document=("a.bin", "application/octet-stream", bytes(range(256))))
+        [update] = await take(received, 1)
+        assert update.message is not None and update.message.document is not None
+        file = await update.message.document.get_file()
+        assert await file.download_as_bytearray() == bytearray(range(256))
+    assert file.file_path == f"{fake.api_base}/file/bot{fake.token}/{fake.downloads[0]}"
+    assert len(fake.downloads) == 1
+
+
+async def test_get_file_refuses_big_and_unknown_files(fake: FakeTelegram, bot: Bot) -> None:
+    big = fake.dm(CHAT, None, document=("big.zip", "application/zip", b"PK"), file_size=30 * 1024 * 1024)
+    assert big["document"]["file_size"] == 30 * 1024 * 1024
+    with pytest.raises(BadRequest, match=r"(?i)^file is too big$"):
+        await bot.get_file(big["document"]["file_id"])
+    large_photo = fake.dm(CHAT, None, photo=JPEG, file_size=21 * 1024 * 1024)["photo"]
+    assert [size["file_size"] for size in large_photo] == [len(JPEG), 21 * 1024 * 1024]
+    with pytest.raises(BadRequest, match=r"(?i)file is too big"):
+        await bot.get_file(large_photo[-1]["file_id"])
+    thumbnail = await bot.get_file(large_photo[0]["file_id"])
+    assert await thumbnail.download_as_bytearray() == bytearray(JPEG)
+
+    at_limit = fake.register_file(b"x", file_size=20 * 1024 * 1024)  # exactly 20 MB is still allowed
+    assert (await bot.get_file(at_limit)).file_size == 20 * 1024 * 1024
+    with pytest.raises(BadRequest, match=r"(?i)^invalid file_id$"):
+        await bot.get_file("no-such-file")
+    legacy = fake.dm(CHAT, None, photo=True)  # photo=True: sizes with no file behind them
+    with pytest.raises(BadRequest, match=r"(?i)invalid file_id"):
+        await bot.get_file(legacy["photo"][-1]["file_id"])
+    assert [f"{fake.api_base}/file/bot{fake.token}/{path}" for path in fake.downloads] == [
+        thumbnail.file_path
+    ]
+
+    with pytest.raises(ValueError, match="one media"):
+        fake.dm(CHAT, None, photo=JPEG, voice=OGG)
+    with pytest.raises(ValueError, match="file_size"):
+        fake.dm(CHAT, "text", file_size=5)
+
+
+async def test_the_file_route_checks_the_token_and_takes_faults(fake: FakeTelegram, bot: Bot) -> None:
+    file_id = fake.register_file(b"secret", file_name="s.txt")
+    file = await bot.get_file(file_id)
+    assert file.file_path is not None
+    path = file.file_path.split(f"/file/bot{fake.token}/", 1)[1]
+
+    wrong = File(file.file_id, file.file_unique_id, file_path=f"{fake.api_base}/file/bot1:WRONG/{path}")
+    wrong.set_bot(bot)
+    with pytest.raises(InvalidToken, match="Not Found"):
+        await wrong.download_as_bytearray()
+    async with httpx.AsyncClient(trust_env=False) as client:
+        response = await client.get(f"{fake.api_base}/file/botnot-a-token/{path}")
+        assert (response.status_code, response.json()) == (
+            404,
+            {"ok": False, "error_code": 404, "description": "Not Found"},
+        )
+        missing = await client.get(f"{fake.api_base}/file/bot{fake.token}/documents/nope.txt")
+        assert missing.status_code == 404
+        served = await client.get(f"{fake.api_base}/file/bot{fake.token}/{path}")
+        assert served.content == b"secret"
+        assert served.headers["content-type"] == "application/octet-stream"
+    assert fake.downloads == [path]
+
+    fake.fail_next("file", "502")
+    with pytest.raises(NetworkError, match="Bad Gateway"):
+        await file.download_as_bytearray()
+    assert await file.download_as_bytearray() == bytearray(b"secret")
+    assert fake.downloads == [path, path]
+
+
+async def test_send_photo_and_document_round_trip(fake: FakeTelegram, bot: Bot) -> None:
+    question = fake.group(GROUP, 7, "question", message_thread_id=5, is_topic_message=True)
+    photo = await bot.send_photo(
+        GROUP,
+        JPEG,
+        caption="<b>Look</b> here",
+        parse_mode=ParseMode.HTML,
+        message_thread_id=5,
+        reply_parameters=ReplyParameters(question["message_id"]),
+        disable_notification=True,
+    )
+    assert photo.caption == "Look here" and photo.text is None
+    assert photo.parse_caption_entities() == {MessageEntity("bold", 0, 4): "Look"}
+    assert len(photo.photo) == 2 and photo.photo[-1].file_size == len(JPEG)
+    assert photo.message_thread_id == 5 and photo.reply_to_message is not None
+    assert await (await photo.photo[-1].get_file()).download_as_bytearray() == bytearray(JPEG)
+
+    document = await bot.send_document(CHAT, b"%PDF-1.4 report", filename="report.pdf", caption="the report")
+    assert document.document is not None and document.caption == "the report"
+    assert (document.document.file_name, document.document.mime_type) == ("report.pdf", "application/pdf")
+    assert await (await document.document.get_file()).download_as_bytearray() == bytearray(b"%PDF-1.4 report")
+    voice = await bot.send_voice(CHAT, OGG, duration=3)
+    assert voice.voice is not None and voice.voice.duration == dtm.timedelta(seconds=3)
+    audio = await bot.send_audio(CHAT, b"ID3", filename="a.mp3")
+    assert audio.audio is not None and audio.audio.file_name == "a.mp3" and audio.caption is None
+
+    again = await bot.send_document(CHAT, document.document.file_id)  # by file_id: nothing uploaded
+    assert again.document is not None and again.document.file_id == document.document.file_id
+    by_url = await bot.send_photo(CHAT, "https://pics.example/cat.jpg?size=big")
+    assert len(by_url.photo) == 1
+
+    assert [(f["method"], f["source"], f["filename"], f["data"]) for f in fake.sent_files] == [
+        ("sendphoto", "upload", "application.octet-stream", JPEG),
+        ("senddocument", "upload", "report.pdf", b"%PDF-1.4 report"),
+        ("sendvoice", "upload", "application.octet-stream", OGG),
+        ("sendaudio", "upload", "a.mp3", b"ID3"),
+        ("senddocument", "file_id", "report.pdf", b"%PDF-1.4 report"),
+        ("sendphoto", "url", "cat.jpg", b""),
+    ]
+    first = fake.sent_files[0]
+    assert (first["chat_id"], first["message_id"], first["caption"]) == (GROUP, photo.message_id, "Look here")
+    assert first["file_id"] == photo.photo[-1].file_id and first["content_type"] == "application/octet-stream"
+    assert fake.sent_files[1]["content_type"] == "application/pdf"
+    assert fake.sent_files[-1]["url"] == "https://pics.example/cat.jpg?size=big"
+
+    [record] = fake.messages_in(GROUP, 5)
+    assert record["media"] == "photo" and record["text"] == "Look here"
+    assert record["raw_text"] == "<b>Look</b> here" and record["parse_mode"] == "HTML"
+    assert record["entities"] == [{"type": "bold", "offset": 0, "length": 4}]
+    assert record["reply_to_message_id"] == question["message_id"] and record["disable_notification"]
+    assert record["file_id"] == photo.photo[-1].file_id
+    assert [(m["media"], m["text"]) for m in fake.messages_in(CHAT)] == [
+        ("document", "the report"),
+        ("voice", ""),
+        ("audio", ""),
+        ("document", ""),
+        ("photo", ""),
+    ]
+    await bot.send_message(CHAT, "plain")
+    assert fake.sent[-1]["media"] is None and fake.sent[-1]["file_id"] is None
+
+
+async def test_uploads_are_refused_like_telegram(fake: FakeTelegram, bot: Bot) -> None:
+    with pytest.raises(BadRequest, match=r"(?i)^photo_save_file_invalid$"):
+        await bot.send_photo(CHAT, b"\xff" * (10 * 1024 * 1024 + 1))
+    await bot.send_document(CHAT, b"\0" * (10 * 1024 * 1024 + 1), filename="fine.bin")  # 10 MB+: a file
+    with pytest.raises(NetworkError, match=r"^Request Entity Too Large$"):
+        await bot.send_document(CHAT, b"\0" * (50 * 1024 * 1024 + 1), filename="huge.bin")
+    assert fake.calls[-1] == ("senddocument", {})
+
+    with pytest.raises(BadRequest, match=r"(?i)message caption is too long"):
+        await bot.send_photo(CHAT, JPEG, caption="😀" * 512 + "a")
+    await bot.send_photo(CHAT, JPEG, caption="<i>" + "😀" * 512 + "</i>", parse_mode=ParseMode.HTML)
+    with pytest.raises(BadRequest, match=r"(?i)can't parse entities"):
+        await bot.send_photo(CHAT, JPEG, caption="<b>open", parse_mode=ParseMode.HTML)
+    with pytest.raises(BadRequest, match=r"(?i)file must be non-empty"):
+        await bot.send_document(CHAT, b"", filename="empty.txt")
+    with pytest.raises(BadRequest, match=r"(?i)wrong file identifier/http url specified"):
+        await bot.send_document(CHAT, "no-such-file-id")
+    async with httpx.AsyncClient(trust_env=False) as client:
+        response = await client.post(f"{fake.api_base}/bot{fake.token}/sendPhoto", data={"chat_id": CHAT})
+        assert response.json()["description"] == "Bad Request: there is no photo in the request"
+        attached = await client.post(
+            f"{fake.api_base}/bot{fake.token}/sendDocument",
+            data={"chat_id": str(CHAT), "document": "attach://part"},
+            files={"part": ("x.txt", b"attached")},
+        )
+        assert attached.json()["result"]["document"]["file_name"] == "x.txt"
+    assert [f["filename"] for f in fake.sent_files] == ["fine.bin", "application.octet-stream", "x.txt"]
+
+
+async def test_media_messages_edit_their_caption_not_text(fake: FakeTelegram, bot: Bot) -> None:
+    photo = await bot.send_photo(CHAT, JPEG, caption="draft")
+    with pytest.raises(BadRequest, match=r"(?i)there is no text in the message to edit"):
+        await bot.edit_message_text("text", CHAT, photo.message_id)
+    edited = await bot.edit_message_caption(CHAT, photo.message_id, caption="<i>final</i>", parse_mode="HTML")
+    assert isinstance(edited, Message) and edited.caption == "final" and edited.photo
+    with pytest.raises(BadRequest, match=r"(?i)message is not modified"):
+        await bot.edit_message_caption(CHAT, photo.message_id, caption="<i>final</i>", parse_mode="HTML")
+    [current] = fake.messages_in(CHAT)
+    assert (current["text"], current["edit_count"], current["media"]) == ("final", 1, "photo")
+    assert fake.edits[-1]["media"] == "photo" and fake.edits[-1]["raw_text"] == "<i>final</i>"
+    removed = await bot.edit_message_caption(CHAT, photo.message_id)
+    assert isinstance(removed, Message) and removed.caption is None
+
+    text = await bot.send_message(CHAT, "words")
+    with pytest.raises(BadRequest, match=r"(?i)there is no caption in the message to edit"):
+        await bot.edit_message_caption(CHAT, text.message_id, caption="x")
+    mine = fake.dm(CHAT, None, photo=JPEG)
+    with pytest.raises(BadRequest, match=r"(?i)message can't be edited"):
+        await bot.edit_message_text("x", CHAT, mine["message_id"])
+    assert len(fake.edits) == 2
