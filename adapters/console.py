@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import itertools
 import sys
@@ -166,6 +167,14 @@ class ConsoleAdapter:
         else:
             self._write(self._style("bridge ›", _BOLD) + " " + item.text)
         return str(next(self._ids))
+
+    async def send_file(self, item: Outbound) -> str | None:
+        """A file the agent sent: on this machine already, so its place is printed (a copy kept in
+        the media folder, whatever becomes of the workspace file)."""
+        assert item.file is not None
+        line = f"📎 {item.file.name} ({item.file.size} bytes): {item.file.path}"
+        text = f"{item.text}\n{line}" if item.text else line
+        return await self.send(dataclasses.replace(item, text=text, file=None))
 
     async def edit(self, route: Route, message_id: str, text: str) -> None:
         # A terminal cannot rewrite earlier lines portably; delivery sends one line per tool instead.

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from adapters.console import ConsoleAdapter
 from bridge.errors import IntakeUnavailable
-from bridge.events import Inbound
+from bridge.events import Inbound, Outbound, Route
 from bridge.localmodel import process_start
+from bridge.media.model import OutFile
 from tests.fakes import openai_server as fake_replies
 from tests.fakes.openai_server import FakeOpenAI
 from tests.processes import bridge_command, bridge_env, start_bridge
@@ -219,3 +220,16 @@ async def test_a_line_the_store_cannot_take_is_announced_and_the_next_line_is_re
     await asyncio.wait_for(console.wait_closed(), 5)
     assert seen == ["first", "second"]
     assert "Could not store that message (database is locked); please send it again." in out.getvalue()
+
+
+async def test_a_file_the_agent_sends_is_printed_with_its_caption_and_the_place_of_its_copy() -> None:
+    out = io.StringIO()
+    console = ConsoleAdapter(stdin=io.StringIO(""), stdout=out)
+    item = Outbound(
+        Route("console", "local"),
+        "reply",
+        "Your report",
+        file=OutFile("report.pdf", "/data/media/ab/abc", 2048),
+    )
+    assert await console.send_file(item) is not None
+    assert out.getvalue().endswith("Your report\n📎 report.pdf (2048 bytes): /data/media/ab/abc\n")
