@@ -10,6 +10,7 @@
     ├── ProviderError                a model request failed for good (bridge.llm.base)
     │   └── LocalModelError          installing or starting the local model failed (bridge.localmodel)
     ├── PlatformError                Telegram, Discord or another platform refused or failed
+    │   ├── MediaError               an attachment could not be fetched or read (bridge.media.intake)
     │   ├── AdapterStartError        an adapter could not start: bad token, unreachable API
     │   └── AdapterLifecycleError    an adapter used out of order: started twice, sent to after stop
     ├── ToolError                    a tool could not do what was asked; the model gets it as a result

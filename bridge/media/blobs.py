@@ -22,7 +22,11 @@ class MediaStore:
         self.root = root
 
     def path(self, sha256: str) -> Path:
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        if (
+            not isinstance(sha256, str)
+            or len(sha256) != 64
+            or any(c not in "0123456789abcdef" for c in sha256)
+        ):
             raise ValueError(f"not a SHA-256 hex digest: {sha256!r}")
         return self.root / sha256[:2] / sha256
 

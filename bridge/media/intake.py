@@ -60,11 +60,12 @@ class MediaIntake:
             if attachment.kind == "audio" and self.transcriber is None:
                 problem, notice = "voice is not set up", VOICE_NOT_SET_UP
             elif attachment.kind != "file" and attachment.size is not None and attachment.size > limit:
-                problem = f"too large: {megabytes(attachment.size)}"
-                notice = (
-                    f"📎 {attachment.name} is {megabytes(attachment.size)}; I can take files up to "
-                    f"{megabytes(limit)}, so I left it out."
-                )
+                size, most = megabytes(attachment.size), megabytes(limit)
+                if size == most:
+                    # Just over the limit: rounded, the two would read the same.
+                    size, most = f"{attachment.size:,} bytes", f"{limit:,} bytes"
+                problem = f"too large: {size}"
+                notice = f"📎 {attachment.name} is {size}; I can take files up to {most}, so I left it out."
             if problem is None:
                 screened.append(attachment)
             else:

@@ -67,11 +67,31 @@ class Attachment:
         """The attachment a stored object describes; None for one that is not (a damaged row)."""
         if not isinstance(data, dict) or data.get("kind") not in _KINDS:
             return None
-        known = {f.name for f in dataclasses.fields(cls)}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        for name, value in values.items():
+            # A damaged row must not reach a request as, say, a hash that is a number.
+            expected = _TYPES[name]
+            if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+                return None
         try:
-            return cls(**{k: v for k, v in data.items() if k in known})
+            return cls(**values)
         except TypeError:
             return None
+
+
+# The types a stored attachment's fields may have (JSON gives no guarantee).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "name": (str,),
+    "ref": (str,),
+    "mime": (str, type(None)),
+    "size": (int, type(None)),
+    "voice": (bool,),
+    "sha256": (str, type(None)),
+    "transcribed": (bool,),
+    "problem": (str, type(None)),
+}
 
 
 def dumps(attachments: tuple[Attachment, ...] | list[Attachment]) -> str | None:
@@ -128,7 +148,7 @@ class OutFile:
                 data.get("mime"),
                 bool(data.get("photo")),
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             return None
 
 

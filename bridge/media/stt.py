@@ -8,7 +8,7 @@ import httpx
 
 from bridge.config_media import SttSettings
 from bridge.errors import MediaError
-from bridge.retry import Backoff, RetryableError, with_retries
+from bridge.retry import Backoff, RetryableError, parse_retry_after, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ class Transcriber:
         except httpx.HTTPError as exc:
             raise RetryableError(f"it could not be reached ({type(exc).__name__})") from exc
         if response.status_code == 429 or response.status_code >= 500:
-            raise RetryableError(f"HTTP {response.status_code}")
+            wait = parse_retry_after(response.headers)
+            raise RetryableError(f"HTTP {response.status_code}", retry_after=wait)
         if response.status_code >= 400:
             raise MediaError(f"the transcription server refused it (HTTP {response.status_code})")
         try:
