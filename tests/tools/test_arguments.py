@@ -70,6 +70,7 @@ BAD_CALLS: dict[str, tuple[dict[str, Any], str]] = {
     "schedule_task": ({"prompt": "stretch"}, "'when' is required"),
     "list_tasks": ({"include_ended": "maybe"}, "'include_ended' must be true or false"),
     "cancel_task": ({"task_id": "  "}, "'task_id' must not be empty"),
+    "send_file": ({"caption": "here"}, "'path' is required"),
 }
 
 

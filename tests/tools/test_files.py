@@ -51,10 +51,10 @@ def outside(tmp_path: Path) -> Path:
     return folder
 
 
-def test_group_exposes_the_three_tools() -> None:
+def test_group_exposes_its_four_tools() -> None:
     group = files_group()
     assert group.name == "files"
-    assert [tool.name for tool in group.tools] == ["read_file", "write_file", "list_files"]
+    assert [tool.name for tool in group.tools] == ["read_file", "write_file", "list_files", "send_file"]
     for tool in group.tools:
         assert tool.schema()["function"]["parameters"]["type"] == "object"
 

@@ -259,7 +259,7 @@ def test_disabled_tool_is_removed_from_its_group() -> None:
     registry = build_registry(Settings(tools={"disabled": ["write_file", "search_history"]}))
     files = registry.group("files")
     assert files is not None
-    assert [t.name for t in files.tools] == ["read_file", "list_files"]
+    assert [t.name for t in files.tools] == ["read_file", "list_files", "send_file"]
     assert registry.get("write_file") is None
     assert "search_history" not in {t.name for t in registry.core_tools()}
 
