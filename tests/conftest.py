@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -41,6 +42,16 @@ def _loopback_without_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every fake serves on 127.0.0.1, and httpx honours proxy variables even for loopback."""
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def isolated_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No BRIDGE_* variable of the outer environment and no ./config.toml of the repo leaks in (config
+    tests use it with pytest.mark.usefixtures)."""
+    for name in list(os.environ):
+        if name.upper().startswith("BRIDGE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from pathlib import Path
@@ -20,13 +19,8 @@ _COMMENTED_KEY = re.compile(r"^# ([a-z_]+) = (.+)$")
 _SECTION = re.compile(r"^\[([a-z_.]+)\]$")
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No BRIDGE_* variable of the outer environment and no ./config.toml of the repo leaks in."""
-    for name in list(os.environ):
-        if name.upper().startswith("BRIDGE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+# No BRIDGE_* variable of the outer environment and no ./config.toml of the repo leaks in.
+pytestmark = pytest.mark.usefixtures("isolated_config")
 
 
 def write(path: Path, text: str) -> Path:

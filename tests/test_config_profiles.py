@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
@@ -17,13 +16,8 @@ from bridge.logs import secret_values
 KEY = "sk-profile-DO-NOT-PRINT-9137"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No BRIDGE_* variable of the outer environment and no ./config.toml of the repo leaks in."""
-    for name in list(os.environ):
-        if name.upper().startswith("BRIDGE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+# No BRIDGE_* variable of the outer environment and no ./config.toml of the repo leaks in.
+pytestmark = pytest.mark.usefixtures("isolated_config")
 
 
 def config(tmp_path: Path, text: str) -> Path:

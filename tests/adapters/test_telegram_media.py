@@ -8,7 +8,8 @@ from pathlib import Path
 from bridge.config import SendPolicySettings, Settings
 from bridge.config_media import SttSettings
 from bridge.media.model import loads
-from tests.adapters.conftest import OWNER, RigFactory
+from bridge.store.base import MessageRow
+from tests.adapters.conftest import OWNER, RigFactory, TelegramRig
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, images_in
 from tests.fakes.telegram_api import MB, FakeTelegram
@@ -22,8 +23,8 @@ def vision(settings: Settings) -> None:
     settings.llm.vision = True
 
 
-async def user_rows(r: object, key: str = "main") -> list[object]:
-    store = r.bridge.store  # type: ignore[attr-defined]
+async def user_rows(r: TelegramRig, key: str = "main") -> list[MessageRow]:
+    store = r.bridge.store
     session = await store.active_session(key)
     if session is None:
         return []  # nothing was ever stored in that chat
@@ -46,7 +47,7 @@ async def test_a_photo_reaches_a_vision_model_as_an_image_part_with_its_caption(
     assert images_in(fake_llm.requests[0]) == [("image/jpeg", JPEG)]
     parts = fake_llm.requests[0]["messages"][-1]["content"]
     assert parts[0]["text"].endswith("]\nwhat is this?") and parts[0]["text"].startswith("[image: photo-")
-    [photo] = loads(asked.media)  # type: ignore[attr-defined]
+    [photo] = loads(asked.media)
     assert photo.sha256 is not None and len(tg.downloads) == 1
     # The trace keeps the request's shape, not the photo's bytes.
     assert trace is not None and "data:image/jpeg;base64,<" in trace and "/+AB" not in trace
@@ -132,11 +133,15 @@ async def test_a_voice_note_is_transcribed_stored_as_the_users_text_and_answered
         [reply] = await r.sent_to(OWNER, 1)
         [asked] = await user_rows(r)
     assert reply["text"] == "Sunny."
-    assert asked.content == "what's the weather tomorrow"  # type: ignore[attr-defined]
-    [voice] = loads(asked.media)  # type: ignore[attr-defined]
+    assert asked.content == "what's the weather tomorrow"
+    [voice] = loads(asked.media)
     assert voice.transcribed and voice.voice
     call = fake_llm.last_transcription
-    assert call["model"] == "whisper-test" and call["language"] == "en" and call["filename"].endswith(".ogg")
+    assert (
+        call["model"] == "whisper-test"
+        and call["language"] == "en"
+        and (call["filename"] or "").endswith(".ogg")
+    )
     sent = fake_llm.requests[0]["messages"][-1]["content"]
     assert sent == "[voice message, transcribed]\nwhat's the weather tomorrow"
 
@@ -154,7 +159,7 @@ async def test_a_failed_transcription_tells_the_user_and_keeps_the_message(
         messages = await r.sent_to(OWNER, 2)
         [asked] = await user_rows(r)
     assert any("couldn't transcribe your voice message" in m["text"] for m in messages)
-    [voice] = loads(asked.media)  # type: ignore[attr-defined]
+    [voice] = loads(asked.media)
     assert voice.problem is not None and "not transcribed" in voice.problem
 
 

@@ -80,7 +80,9 @@ async def test_absent_empty_or_non_string_group_name_is_invalid_arguments(
 
 
 async def test_group_with_no_tools_left_is_an_empty_group_error() -> None:
-    registry = build_registry(Settings(tools={"disabled": ["read_file", "write_file", "list_files", "send_file"]}))
+    registry = build_registry(
+        Settings(tools={"disabled": ["read_file", "write_file", "list_files", "send_file"]})
+    )
     ctx = make_context(registry)
     result = await call(ctx, group_name="files")
     assert not result.ok
