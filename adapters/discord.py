@@ -305,7 +305,7 @@ class DiscordAdapter:
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """An Inbound attachment's bytes from Discord's CDN; MediaError when it can't."""
-        return await discord_media.download(self.client, attachment, max_bytes)
+        return await discord_media.download(self.client, attachment, max_bytes, sleep=self._sleep)
 
     async def send_file(self, item: Outbound) -> str | None:
         """A file with its caption (a caption past Discord's limit follows as messages of its own)."""

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
+import aiohttp
 import discord
 
 from bridge.errors import MediaError
 from bridge.media.model import Attachment, MediaKind, OutFile
+from bridge.retry import GIVE_UP, RETRY, Backoff, Sleep, Verdict, with_retries
+
+log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 # What a bot may upload where the server has no boosts.
 MAX_UPLOAD_BYTES = 10 * MIB
+DOWNLOAD_BACKOFF = Backoff(attempts=3, base=0.5, cap=4.0)
 
 
 def attachments_of(message: discord.Message) -> tuple[Attachment, ...]:
@@ -33,17 +39,36 @@ def attachments_of(message: discord.Message) -> tuple[Attachment, ...]:
     return tuple(found)
 
 
-async def download(client: discord.Client, attachment: Attachment, max_bytes: int) -> bytes:
-    """The attachment's bytes from Discord's CDN; MediaError saying why not."""
+def _download_verdict(exc: BaseException) -> Verdict:
+    """A lost connection, a 5xx or a 429 from the CDN is worth another try; a 404 or 403 is not."""
+    if isinstance(exc, discord.HTTPException):
+        return RETRY if exc.status >= 500 or exc.status == 429 else GIVE_UP
+    return RETRY if isinstance(exc, aiohttp.ClientError | OSError) else GIVE_UP
+
+
+async def download(
+    client: discord.Client, attachment: Attachment, max_bytes: int, *, sleep: Sleep = asyncio.sleep
+) -> bytes:
+    """The attachment's bytes from Discord's CDN, retried on a passing failure; MediaError saying why not."""
     if attachment.size is not None and attachment.size > max_bytes:
         raise MediaError(f"too large: {attachment.size / MIB:.1f} MB")
     try:
-        return await client.http.get_from_cdn(attachment.ref)
+        return await with_retries(
+            lambda: client.http.get_from_cdn(attachment.ref),
+            what="Discord: download",
+            log=log,
+            classify=_download_verdict,
+            backoff=DOWNLOAD_BACKOFF,
+            level=logging.INFO,
+            sleep=sleep,
+        )
     except discord.NotFound as exc:
         # Attachment links expire after a day or so: a message left that long is gone.
         raise MediaError("Discord no longer has it (the link expired)") from exc
     except discord.HTTPException as exc:
         raise MediaError(f"the download failed (HTTP {exc.status})") from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise MediaError(f"the download failed ({type(exc).__name__})") from exc
 
 
 async def read(file: OutFile) -> bytes:

@@ -395,7 +395,12 @@ class TelegramAdapter:
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """An Inbound attachment's bytes (getFile, then the file itself); MediaError when it can't."""
-        return await telegram_media.download(self.bot, attachment, max_bytes)
+        return await telegram_media.download(
+            self.bot,
+            attachment,
+            max_bytes,
+            lambda call: self._retrying(call, what="download", idempotent=True),
+        )
 
     async def send_file(self, item: Outbound) -> str | None:
         """A file with its caption; a caption too long for Telegram follows as a message of its own."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from telegram.error import BadRequest, TelegramError
 from bridge.errors import MediaError
 from bridge.media.model import Attachment, MediaKind, OutFile
 
+# Runs a Bot API request with the adapter's retries (flood waits, network errors).
+Retrying = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 MIB = 1024 * 1024
 # What the Bot API takes from a bot: photos up to 10 MB, other files up to 50 MB; it lets a bot
 # download files up to 20 MB.
@@ -48,14 +51,15 @@ def attachments_of(message: Message) -> tuple[Attachment, ...]:
     return ()
 
 
-async def download(bot: Bot, attachment: Attachment, max_bytes: int) -> bytes:
-    """The attachment's bytes through getFile; MediaError saying why not (too large, gone)."""
+async def download(bot: Bot, attachment: Attachment, max_bytes: int, retrying: Retrying) -> bytes:
+    """The attachment's bytes through getFile, each request retried (`retrying`) on a passing network
+    failure; MediaError saying why not (too large, gone)."""
     limit = min(max_bytes, MAX_DOWNLOAD_BYTES)
     try:
-        found = await bot.get_file(attachment.ref)
+        found = await retrying(lambda: bot.get_file(attachment.ref))
         if found.file_size is not None and found.file_size > max_bytes:
             raise MediaError(f"too large: {found.file_size / MIB:.1f} MB")
-        data = bytes(await found.download_as_bytearray())
+        data = bytes(await retrying(found.download_as_bytearray))
     except BadRequest as exc:
         if "too big" in str(exc).lower():
             raise MediaError(f"too large: Telegram lets bots download files up to {limit // MIB} MB") from exc

@@ -366,6 +366,9 @@ class Dispatcher:
                     media=self._media_reader(session, route, key),
                 )
             except asyncio.CancelledError:
+                if display is not None:
+                    # No draft edit may outlive the run (and reach an adapter stopping with it).
+                    await asyncio.shield(display.close(final_edits=False))
                 if self.closing:
                     # Stopped by the shutdown's grace period running out: say so, the message is kept.
                     await asyncio.shield(
@@ -379,6 +382,8 @@ class Dispatcher:
                 raise
             except Exception as exc:
                 log.exception("run for %s failed", key)
+                if display is not None:
+                    await display.close()
                 await self._notice(
                     route, key, f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}"
                 )

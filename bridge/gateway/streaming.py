@@ -46,7 +46,7 @@ class LiveReply:
         # The console prints the reply's rest itself (ConsoleAdapter.send); there is nothing to edit.
         return None
 
-    async def close(self) -> None:
+    async def close(self, *, final_edits: bool = True) -> None:
         return None
 
 

@@ -117,3 +117,32 @@ async def test_send_file_past_discords_upload_limit_is_refused_with_a_clear_erro
     assert not any(m.get("attachments") for m in messages)
     error = fake_llm.requests[2]["messages"][-1]["content"]
     assert "too_large" in error and "discord takes files up to" in error
+
+
+async def test_a_cdn_failure_is_retried_and_an_expired_link_is_named_and_the_user_told(
+    discord_rig: RigFactory, dc: FakeDiscord, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("Seen."), fake.text("Not seen."))
+    async with discord_rig(fake_llm, configure=vision) as r:
+        dc.fail_next("GET /attachments/{}/{}/{}", "503")
+        dm = dc.dm(OWNER, "first", attachments=[Upload("a.png", "image/png", PNG)])
+        await r.bot_sent(dm["channel_id"], 1)
+        # A link whose signature expired: the CDN answers 404, as Discord's does after a day.
+        expired = {
+            "id": "999",
+            "filename": "b.png",
+            "size": len(PNG),
+            "content_type": "image/png",
+            "url": f"{dc.origin}/attachments/{dm['channel_id']}/999/b.png?ex=0&is=0&hm=00&",
+            "proxy_url": f"{dc.origin}/attachments/{dm['channel_id']}/999/b.png",
+        }
+        dc.dm(OWNER, "second", attachments=[expired])
+        messages = await r.bot_sent(dm["channel_id"], 3)
+    assert images_in(fake_llm.requests[0]) == [("image/png", PNG)]
+    assert any(
+        m["content"] == "⚠️ I couldn't fetch b.png: Discord no longer has it (the link expired)."
+        for m in messages
+    )
+    assert fake_llm.requests[1]["messages"][-1]["content"].startswith(
+        "[image: b.png (Discord no longer has it"
+    )

@@ -243,3 +243,28 @@ async def test_send_file_outside_the_workspace_or_missing_is_an_error_for_the_mo
     assert "outside_workspace" in fake_llm.requests[2]["messages"][-1]["content"]
     assert "not_found" in fake_llm.requests[3]["messages"][-1]["content"]
     assert tg.sent_files == []
+
+
+async def test_a_download_the_network_drops_once_is_retried_and_the_photo_still_seen(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("Got it."))
+    async with rig(fake_llm, configure=vision) as r:
+        tg.fail_next("file", "502")
+        tg.dm(OWNER, None, photo=JPEG, caption="and now?")
+        [reply] = await r.sent_to(OWNER, 1)
+    assert reply["text"] == "Got it." and images_in(fake_llm.requests[0]) == [("image/jpeg", JPEG)]
+
+
+async def test_a_photo_telegram_no_longer_has_is_named_and_the_user_told(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("I couldn't open it."))
+    async with rig(fake_llm, configure=vision) as r:
+        tg.dm(OWNER, None, photo=True, caption="see?")  # sizes with no file behind them
+        messages = await r.sent_to(OWNER, 2)
+        [asked] = await user_rows(r)
+    assert any(m["text"].startswith("⚠️ I couldn't fetch photo-") for m in messages)
+    [photo] = loads(asked.media)
+    assert photo.problem is not None and photo.sha256 is None
+    assert "Telegram refused it" in fake_llm.requests[0]["messages"][-1]["content"]
