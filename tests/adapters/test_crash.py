@@ -206,3 +206,30 @@ async def test_a_kill_loses_no_message_the_platform_was_told_was_received_even_w
     assert texts[0].startswith("Commands:")
     assert texts[1] == "answer to: important" or ("interrupted" in texts[1] and "important" in texts[1])
     assert_intact(db, ["important"])
+
+
+async def test_a_kill_while_a_voice_note_is_transcribed_keeps_it_and_retry_answers_its_words(
+    tmp_path: Path, tg: FakeTelegram
+) -> None:
+    async with FakeOpenAI() as llm:
+        stt = f'[stt]\nbase_url = "{llm.base_url}"\n'
+        config = telegram_run_config(tmp_path, OWNER, tg.token, tg.api_base, llm.base_url, stt, stream=False)
+        llm.push_transcript(fake.delay(600, fake.Reply(body={"text": "never heard"})))
+        async with bridge_process(tmp_path, config) as process:
+            tg.dm(OWNER, None, voice=b"OggS" + b"\x00" * 300)
+            await llm.wait_for(lambda: len(llm.transcriptions) == 1, timeout=30)
+            await kill9(process)
+        db = tmp_path / "bridge.db"
+        [(content, media)] = db_rows(db, "SELECT content, media FROM messages WHERE kind = 'user'")
+        assert content == "" and '"voice": true' in media and "sha256" not in media  # kept, not yet read
+
+        llm.push_transcript("book a table for two")
+        llm.push(fake.text("Booked."))
+        async with bridge_running(tmp_path, config):
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 1, timeout=30)
+            assert "interrupted" in tg.messages_in(OWNER)[0]["text"]
+            tg.dm(OWNER, "/retry")
+            await tg.wait_for(lambda: len(tg.messages_in(OWNER)) == 2, timeout=30)
+    assert tg.messages_in(OWNER)[1]["text"] == "Booked."
+    assert llm.requests[-1]["messages"][-1]["content"] == "[voice message, transcribed]\nbook a table for two"
+    assert db_rows(db, "SELECT content FROM messages WHERE kind = 'user'") == [("book a table for two",)]
