@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from bridge.media.model import Attachment, dumps
 from bridge.store.base import SessionMeta, SessionRow, ToolExchange
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolResult
@@ -410,3 +411,18 @@ async def test_a_failed_target_run_is_an_error_in_the_documented_shape(
     result = await sessions_send({"session_key": "telegram:group:-100", "message": "fail"}, ctx)
     assert not result.ok
     assert json.loads(result.content) == {"run_id": "r9", "status": "error", "error": "the model failed"}
+
+
+async def test_history_names_attachments_and_marks_a_transcript(
+    store: SQLiteStore, sessions: dict[str, SessionRow], make_session_ctx: MakeSessionContext
+) -> None:
+    main = sessions["main"]
+    photo = Attachment("image", "photo-7.jpg", "file-7", "image/jpeg", 900, sha256="b" * 64)
+    voice = Attachment("audio", "voice-8.ogg", "file-8", "audio/ogg", 300, voice=True, transcribed=True)
+    await store.add_user_message(main.id, "what is this?", media=dumps([photo]))
+    await store.add_user_message(main.id, "call mum at six", media=dumps([voice]))
+    data = payload(await sessions_history({"session_key": "main"}, await make_session_ctx("cron:daily")))
+    assert [m["content"] for m in data["messages"]][-2:] == [
+        "[image: photo-7.jpg]\nwhat is this?",
+        "[voice message, transcribed]\ncall mum at six",
+    ]
