@@ -11,6 +11,8 @@ from zoneinfo import ZoneInfo
 import jinja2
 from aiohttp import web
 
+from bridge.media.model import framed
+
 # Pages hold conversations and config: no caching, no framing, no script or style from elsewhere.
 # Every script and style is a file under /static/, so no inline code is allowed at all.
 SECURITY_HEADERS = {
@@ -45,6 +47,8 @@ class Pages:
             pretty=pretty_json,
             short=shorten,
             send_mode=send_mode,
+            # A user message with its attachments named, as sessions_history shows it.
+            framed=framed,
         )
 
     def render(self, template: str, *, status: int = 200, **context: Any) -> web.Response:

@@ -3,6 +3,8 @@ admin server's locks (login, CSP); the browser tests (tests/browser) drive the s
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +13,7 @@ import httpx
 import pytest
 
 from bridge.http.dashboard import chat_of, timeline
+from bridge.media.model import Attachment
 from tests.fakes.openai_server import FakeOpenAI, text, tool_call
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of
@@ -151,3 +154,17 @@ def test_timeline_bars_follow_each_other_and_fit_the_run() -> None:
     # Steps longer than the recorded total are scaled to their own sum, never past the end.
     bars = timeline({"duration_ms": 10, "steps": [{"ms": 30}, {"ms": 10}]})
     assert bars[-1].start + bars[-1].width <= 1000
+
+
+async def test_a_message_with_an_attachment_shows_it_by_name_escaped(
+    site: tuple[Harness, httpx.AsyncClient],
+) -> None:
+    harness, client = site
+    harness.llm.push(text("I can't open it here."))
+    photo = Attachment("image", "<b>cat</b>.png", "ref-1", "image/png", 100)
+    done = await harness.bridge.handle(dataclasses.replace(harness.inbound("look"), attachments=(photo,)))
+    assert done is not None
+    await asyncio.wait_for(done, 10)
+    session = await page(client, "/sessions/main")
+    assert "[image: &lt;b&gt;cat&lt;/b&gt;.png (this chat can&#39;t fetch it)]\nlook" in session
+    assert "<b>cat</b>" not in session
