@@ -125,7 +125,7 @@ class AgentRunner:
         self.live.publish("run_started", run_id=run_id, session_key=session.key, channel=channel)
         context, rows, input_hash = started.context, started.rows, started.input_hash
         if media is not None:
-            rows = await self._read_media(media, rows)
+            rows = await self._read_media(media, rows, run_id)
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
         loaded = self.registry.known_groups(context.loaded_groups if self.restore_groups else ())
@@ -190,13 +190,20 @@ class AgentRunner:
         result.over_budget = over_budget
         return await asyncio.shield(self._conclude(state, result, ctx.session.id, reply))
 
-    async def _read_media(self, media: MediaReader, rows: list[MessageRow]) -> list[MessageRow]:
-        """The rows with their attachments read; as they were if reading failed as a whole (the run
-        still answers, its attachments named but unread, rather than leave its row running)."""
+    async def _read_media(self, media: MediaReader, rows: list[MessageRow], run_id: str) -> list[MessageRow]:
+        """The rows with their attachments read, within the run's time limit; as they were if reading
+        failed as a whole or ran out of time (the run still answers, its attachments named but unread,
+        and a later run reads them), rather than leave its row running."""
         try:
-            return await media(rows)
+            async with asyncio.timeout(self.settings.agent.run_timeout_s):
+                return await media(rows)
         except asyncio.CancelledError:
+            # /stop or a shutdown while a file downloads: the run ends here, recorded as cancelled.
+            await asyncio.shield(self.store.finish_run(run_id, "cancelled", error="cancelled"))
             raise
+        except TimeoutError:
+            log.warning("run %s: reading its attachments took too long; answering without them", run_id)
+            return rows
         except Exception:
             log.exception("reading the attachments of a message failed")
             return rows

@@ -268,3 +268,20 @@ async def test_a_photo_telegram_no_longer_has_is_named_and_the_user_told(
     [photo] = loads(asked.media)
     assert photo.problem is not None and photo.sha256 is None
     assert "Telegram refused it" in fake_llm.requests[0]["messages"][-1]["content"]
+
+
+async def test_stop_while_a_download_hangs_ends_the_run_as_cancelled_and_the_chat_goes_on(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("Still here."))
+    async with rig(fake_llm, configure=vision) as r:
+        tg.fail_next("file", "hang")
+        tg.dm(OWNER, None, photo=JPEG, caption="look")
+        await tg.wait_for(lambda: any(method == "getfile" for method, _ in tg.calls))
+        tg.dm(OWNER, "/stop")
+        await r.sent_to(OWNER, 1)
+        tg.dm(OWNER, "hello?")
+        messages = await r.sent_to(OWNER, 2)
+        runs = await r.bridge.store.list_runs(session_key="main", limit=5)
+    assert "stopped" in messages[0]["text"].lower() and messages[-1]["text"] == "Still here."
+    assert sorted(run.status for run, _ in runs) == ["cancelled", "ok"]
