@@ -41,8 +41,9 @@ class FileOut:
                 "Send a smaller file (compress or split it).",
             )
         if not await self.delivery.may_speak(route, session.key):
-            # Recorded as suppressed, like any reply in a chat where the bot keeps quiet.
-            await self.delivery.enqueue(Outbound(route, "reply", caption, session_key=session.key))
+            # Recorded as suppressed, like any reply in a chat where the bot keeps quiet: by name.
+            named = f"📎 {path.name}" + (f"\n{caption}" if caption else "")
+            await self.delivery.enqueue(Outbound(route, "reply", named, session_key=session.key))
             return ToolResult.error(
                 "suppressed", "Not sent: the send policy keeps the bot silent in this chat."
             )

@@ -226,6 +226,7 @@ async def test_send_file_in_a_chat_the_send_policy_silences_is_suppressed(
     assert tg.sent_files == [] and tg.messages_in(OWNER) == []
     assert "suppressed" in fake_llm.requests[2]["messages"][-1]["content"]
     assert rows and all(row.item.state == "suppressed" for row in rows)
+    assert any(row.item.text == "📎 secret.txt" for row in rows)
 
 
 async def test_send_file_outside_the_workspace_or_missing_is_an_error_for_the_model(
