@@ -134,6 +134,7 @@ class Bridge:
         )
         # Attachments users send: kept by content beside the database, voice sent to [stt].
         self.media = MediaIntake(settings, self.store, self.runner.blobs)
+        self.media.metrics = self.metrics
         self.runner.files = FileOut(self.delivery, self.runner.blobs)
         self.dispatcher = Dispatcher(
             DispatchServices(

@@ -51,6 +51,13 @@ class Metrics:
             "bridge_tool_calls", "Tool calls, by tool and status.", ["tool", "status"], registry=r
         )
         self.tokens = Counter("bridge_tokens", "Tokens the model reported, by kind.", ["kind"], registry=r)
+        self.attachments = Counter(
+            "bridge_attachments",
+            "Attachments users sent, by kind (image, audio, file) and what became of them (stored, "
+            "transcribed, refused at intake, failed).",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.running = Gauge("bridge_runs_in_progress", "Runs in progress in this process.", registry=r)
         self.queued = Gauge("bridge_queue_depth", "Messages waiting for a run in this process.", registry=r)
         self.outbox = Gauge("bridge_outbox_rows", "Outbox rows, by state.", ["state"], registry=r)
@@ -68,6 +75,9 @@ class Metrics:
 
     def tool_call(self, tool: str, status: str) -> None:
         self.tool_calls.labels(tool, status).inc()
+
+    def attachment(self, kind: str, outcome: str) -> None:
+        self.attachments.labels(kind, outcome).inc()
 
     def watch(self, running: Callable[[], int], queued: Callable[[], int]) -> None:
         """Where the gauges of runs in progress and of the queue read their values at a scrape."""

@@ -13,6 +13,7 @@ from bridge.media.blobs import MediaStore
 from bridge.media.model import Attachment, dumps, loads
 from bridge.media.parts import image_type
 from bridge.media.stt import Transcriber
+from bridge.metrics import Metrics
 from bridge.store.base import MessageRow, Store
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,13 @@ def no_vision_text(model: str) -> str:
     )
 
 
+def _outcome(attachment: Attachment) -> str:
+    """What became of an attachment a run read, as /metrics counts it."""
+    if attachment.problem:
+        return "failed"
+    return "transcribed" if attachment.transcribed else "stored"
+
+
 class MediaIntake:
     """What becomes of attachments: refused at once when they can't be used, else fetched, stored by
     content and (voice) transcribed by the run that answers them, which then sees them as they read."""
@@ -49,6 +57,8 @@ class MediaIntake:
         self.store = store
         self.blobs = blobs
         self.transcriber = Transcriber(settings.stt) if settings.stt.enabled else None
+        # Set by the composition root: attachments counted by kind and outcome on /metrics.
+        self.metrics: Metrics | None = None
 
     def screen(self, attachments: tuple[Attachment, ...]) -> tuple[tuple[Attachment, ...], list[str]]:
         """At intake, before anything is stored: attachments marked with what rules them out now (too
@@ -71,6 +81,7 @@ class MediaIntake:
             else:
                 screened.append(dataclasses.replace(attachment, problem=problem))
                 notices.append(notice)
+                self._count(attachment, "refused")
         return tuple(screened), notices
 
     @staticmethod
@@ -94,6 +105,7 @@ class MediaIntake:
             for attachment in attachments:
                 if attachment.pending:
                     attachment, transcript = await self._read_one(attachment, sender, tell)
+                    self._count(attachment, _outcome(attachment))
                     if transcript:
                         transcripts.append(transcript)
                     images = images or (attachment.kind == "image" and attachment.sha256 is not None)
@@ -149,6 +161,10 @@ class MediaIntake:
         if not transcript:
             return dataclasses.replace(attachment, problem="no speech was heard"), ""
         return dataclasses.replace(attachment, transcribed=True), transcript
+
+    def _count(self, attachment: Attachment, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.attachment(attachment.kind, outcome)
 
     async def aclose(self) -> None:
         if self.transcriber is not None:

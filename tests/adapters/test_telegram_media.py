@@ -43,12 +43,14 @@ async def test_a_photo_reaches_a_vision_model_as_an_image_part_with_its_caption(
         assert main is not None
         [answer] = [row for row in await r.bridge.store.history(main.id, 10) if row.kind == "assistant"]
         trace = await r.bridge.store.get_trace(answer.run_id or "")
+        metrics = r.bridge.metrics.render().decode()
     assert reply["text"] == "A cat."
     assert images_in(fake_llm.requests[0]) == [("image/jpeg", JPEG)]
     parts = fake_llm.requests[0]["messages"][-1]["content"]
     assert parts[0]["text"].endswith("]\nwhat is this?") and parts[0]["text"].startswith("[image: photo-")
     [photo] = loads(asked.media)
     assert photo.sha256 is not None and len(tg.downloads) == 1
+    assert 'bridge_attachments_total{kind="image",outcome="stored"} 1.0' in metrics
     # The trace keeps the request's shape, not the photo's bytes.
     assert trace is not None and "data:image/jpeg;base64,<" in trace and "/+AB" not in trace
 
@@ -97,7 +99,9 @@ async def test_an_oversized_file_is_refused_with_a_reply_and_never_downloaded(
         tg.dm(OWNER, None, document=("scan.png", "image/png", PNG), file_size=30 * MB)
         [notice] = await r.sent_to(OWNER, 1)
         assert await user_rows(r) == []
+        metrics = r.bridge.metrics.render().decode()
     assert "scan.png is 30 MB" in notice["text"] and "up to 20 MB" in notice["text"]
+    assert 'bridge_attachments_total{kind="image",outcome="refused"} 1.0' in metrics
     assert tg.downloads == [] and fake_llm.requests == []
 
 
