@@ -46,7 +46,7 @@ async def test_system_prompt_lists_every_group_with_its_description(
     assert "## Available Tool Groups" in prompt
     for line in (
         "- sessions: List chat sessions",
-        "- files: Read, write and list files",
+        "- files: Read, write, list and send files",
         "- web: Fetch a web page",
         "- pdf: Extract text, get info, and render pages from PDF files",
     ):

@@ -332,6 +332,6 @@ def files_group() -> ToolGroup:
 
     return ToolGroup(
         name="files",
-        description="Read, write and list files in the bot's workspace folder, and send them to the chat",
+        description="Read, write, list and send files in the bot's workspace folder",
         tools=(read_file, write_file, list_files, send_file),
     )
