@@ -985,10 +985,9 @@ class FakeTelegram(LoopbackServer):
     def _media_sender(self, kind: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
         return lambda params: self._send_media(kind, params)
 
-    def _send_media(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
-        """sendPhoto, sendDocument, sendVoice, sendAudio: the file in params[kind], an optional caption."""
-        chat_id = self._chat_id(params)
-        caption, entities = self._render(
+    def _caption(self, params: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        """A media message's caption, rendered and checked like a message's text (limit 1024)."""
+        return self._render(
             params,
             field="caption",
             entities_field="caption_entities",
@@ -996,6 +995,11 @@ class FakeTelegram(LoopbackServer):
             too_long="message caption is too long",
             optional=True,
         )
+
+    def _send_media(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
+        """sendPhoto, sendDocument, sendVoice, sendAudio: the file in params[kind], an optional caption."""
+        chat_id = self._chat_id(params)
+        caption, entities = self._caption(params)
         thread_id, target = self._reply_context(params, chat_id)
         given = self._input_file(kind, params)  # last: a refused send stores no file
         stored = given.stored
@@ -1095,14 +1099,7 @@ class FakeTelegram(LoopbackServer):
             raise _bad_request("message to edit not found")
         chat_id = self._chat_id(params)
         message_id = params["message_id"]
-        caption, entities = self._render(
-            params,
-            field="caption",
-            entities_field="caption_entities",
-            limit=MAX_CAPTION_UTF16,
-            too_long="message caption is too long",
-            optional=True,
-        )
+        caption, entities = self._caption(params)
         message = self._messages.get((chat_id, message_id))
         if message is None:
             raise _bad_request("message to edit not found")
