@@ -12,9 +12,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TextIO
 
+from adapters.console_files import ATTACH, local_attachment, read_local
 from bridge.config import Settings
 from bridge.errors import IntakeUnavailable
 from bridge.events import Inbound, InboundHandler, Outbound, Route
+from bridge.media.model import Attachment
 
 CONSOLE_USER = "local"
 CONSOLE_OWNER = f"console:{CONSOLE_USER}"
@@ -102,6 +104,13 @@ class ConsoleAdapter:
             if not text.strip():
                 continue
             self._save_history()
+            attachments: tuple[Attachment, ...] = ()
+            if ATTACH.match(text):
+                found = await asyncio.to_thread(local_attachment, text)
+                if isinstance(found, str):
+                    self.notice(f"» {found}")
+                    continue
+                attachments, text = found
             inbound = Inbound(
                 surface=self.surface,
                 chat_type="dm",
@@ -110,6 +119,7 @@ class ConsoleAdapter:
                 text=text,
                 message_id=None,
                 sender_name="console",
+                attachments=attachments,
             )
             try:
                 done = await handler(inbound)
@@ -167,6 +177,10 @@ class ConsoleAdapter:
         else:
             self._write(self._style("bridge ›", _BOLD) + " " + item.text)
         return str(next(self._ids))
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """A file /attach named: read from this machine, as it is now."""
+        return await asyncio.to_thread(read_local, attachment, max_bytes)
 
     async def send_file(self, item: Outbound) -> str | None:
         """A file the agent sent: on this machine already, so its place is printed (a copy kept in
