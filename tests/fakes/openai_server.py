@@ -398,6 +398,9 @@ class FakeOpenAI(LoopbackServer):
         self.transcriptions: list[Transcription] = []
         self.transcripts: deque[str | Reply] = deque()
         self.default_transcript = DEFAULT_TRANSCRIPT
+        # When set, each valid transcription is answered by it from the audio's bytes (the queue is
+        # not used): a transcript that travels with the audio, whatever order requests come in.
+        self.transcribe: Callable[[bytes], Awaitable[str | Reply]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -513,7 +516,10 @@ class FakeOpenAI(LoopbackServer):
         if problem is not None:
             self._reject(problem)
             return _send(problem)
-        item = self.transcripts.popleft() if self.transcripts else self.default_transcript
+        if self.transcribe is not None:
+            item = await self.transcribe(upload.data if upload else b"")
+        else:
+            item = self.transcripts.popleft() if self.transcripts else self.default_transcript
         if isinstance(item, Reply):
             await self._wait(item)
             return _send(item)

@@ -49,6 +49,9 @@ class Findings:
     shut_down: int = 0
     # Answers a kill cut off while they streamed into their message (the chat was told).
     cut_drafts: int = 0
+    # Voice notes kept but never read: their run was cut short and the chat told, and no later run
+    # came (a /retry would read them). Their text is empty until then.
+    unread_voice: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
 
     def problem(self, text: str) -> None:
@@ -88,12 +91,20 @@ def check_intake(soak: Soak, db: Path, found: Findings) -> None:
     for chat_id, handed in soak.handed.items():
         expected = [(text, f"telegram:{chat_id}:{message_id}") for message_id, text in handed]
         known.update(platform_id for _, platform_id in expected)
-        stored = rows(
+        words = dict((f"telegram:{chat_id}:{message_id}", text) for message_id, text in handed)
+        stored = []
+        for content, platform_id, media in rows(
             db,
-            "SELECT content, platform_msg_id FROM messages WHERE kind = 'user' AND platform_msg_id LIKE ? "
-            "ORDER BY id",
+            "SELECT content, platform_msg_id, media FROM messages WHERE kind = 'user' "
+            "AND platform_msg_id LIKE ? ORDER BY id",
             f"telegram:{chat_id}:%",
-        )
+        ):
+            said = words.get(platform_id, "")
+            if content == "" and said in soak.voiced and media and '"kind": "audio"' in media:
+                # Kept, not yet transcribed: the message is there, its words come when it is read.
+                found.unread_voice.add(said)
+                content = said
+            stored.append((content, platform_id))
         times = Counter(stored)
         for item in expected:
             if times[item] == 0:

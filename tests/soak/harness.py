@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.processes import bridge_command, bridge_env, telegram_run_config
-from tests.soak.model import LONG, PLAN_WEIGHTS, SoakModel
+from tests.soak.model import LONG, PLAN_WEIGHTS, VOICE_MAGIC, SoakModel
 from tests.soak.slow_telegram import SlowTelegram
 
 OWNER = 42
@@ -37,10 +37,13 @@ STARTED_WITHIN_S = 30.0
 RUNNING_LINE = b"bridge: running: "
 UNTAKEN = "messages not taken up by any run in:"
 IN_FLIGHT_WITHIN_S = 10.0
+# The photo soak messages carry (a JPEG's first bytes are enough: the model here does not see).
+PHOTO = b"\xff\xd8\xff\xe0" + b"\x00" * 256
 
 # When a kill comes: during start-up, while a model request is open, while a sendMessage is in flight
 # (any), while a reply or notice row is `sending` (so its chunk may arrive twice), or at any moment.
-KILL_KINDS = {"startup": 20, "model": 25, "send": 20, "reply": 20, "random": 15}
+# "media": while a voice note is being transcribed (its download done, its words not yet stored).
+KILL_KINDS = {"startup": 20, "model": 25, "send": 20, "reply": 20, "random": 15, "media": 10}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ class Kill:
     model_open: bool
     send_in_flight: bool
     sending_rows: dict[int, str]  # outbox rows the kill left `sending`: id → kind
+    transcribing: bool = False
 
     @property
     def startup(self) -> bool:
@@ -108,6 +112,9 @@ class Soak:
     # Chat id → (Telegram message id, text) of every message the fake handed to the bot, in order.
     handed: defaultdict[int, list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
     order: list[str] = field(default_factory=list)  # every text, in the order it was pushed
+    # The texts sent as voice notes (the words are the transcript) and as photo captions.
+    voiced: set[str] = field(default_factory=set)
+    photos: int = 0
     problems: list[str] = field(default_factory=list)
     stop_times: list[float] = field(default_factory=list)
 
@@ -119,6 +126,8 @@ class Soak:
             # Messages that pile up while the bot is down come in as one batch at the restart; the soak
             # is about kills, not about the max_queued refusal, which has tests of its own.
             f"[runs]\nmax_queued = 1000\nshutdown_grace_s = {GRACE_S}\n"
+            # Voice notes are transcribed by the fake model's server (SoakModel.transcribe).
+            f'[stt]\nbase_url = "{self.llm_url}"\n'
         )
         self.config = telegram_run_config(
             self.tmp_path, OWNER, self.tg.token, self.tg.api_base, self.llm_url, extra
@@ -174,7 +183,7 @@ class Soak:
 
     # -- turns -------------------------------------------------------------------------------
 
-    def push_turn(self, chat: Chat | None = None, burst: int | None = None) -> Chat:
+    def push_turn(self, chat: Chat | None = None, burst: int | None = None, media: str | None = None) -> Chat:
         """One turn: a message, or a burst of several in one chat within a few ms."""
         chat = chat or self.rng.choice(CHATS)
         if burst is None:
@@ -184,12 +193,22 @@ class Soak:
             n = len(self.order) + 1
             plan = self.rng.choices(list(PLAN_WEIGHTS), weights=list(PLAN_WEIGHTS.values()))[0]
             text = f"m{n:04d}-{chat.label}-{plan}" + (f"-{LONG}" if self.rng.random() < 0.08 else "")
+            # Some messages come as a voice note (its words are the text) or a photo with the text
+            # as caption: a kill may land while the run downloads or transcribes them.
+            media = media or self.rng.choices(["text", "voice", "photo"], weights=[80, 10, 10])[0]
+            kw: dict[str, Any] = {}
+            if media == "voice":
+                kw["voice"] = VOICE_MAGIC + text.encode()
+                self.voiced.add(text)
+            elif media == "photo":
+                kw = {"photo": PHOTO, "caption": text}
+                self.photos += 1
+            words = None if media != "text" else text
             if chat.group:
-                sent = self.tg.group(
-                    chat.chat_id, self.rng.choice(chat.senders), text, chat_title=f"soak {chat.label}"
-                )
+                sender = self.rng.choice(chat.senders)
+                sent = self.tg.group(chat.chat_id, sender, words, chat_title=f"soak {chat.label}", **kw)
             else:
-                sent = self.tg.dm(chat.chat_id, text)
+                sent = self.tg.dm(chat.chat_id, words, **kw)
             self.handed[chat.chat_id].append((sent["message_id"], text))
             self.order.append(text)
         return chat
@@ -240,14 +259,20 @@ class Soak:
             await self.until(self.reply_sending, IN_FLIGHT_WITHIN_S, None)
         elif planned == "random":
             await asyncio.sleep(self.rng.uniform(0, 1.0))
+        elif planned == "media":
+            if self.model.transcribing == 0:
+                self.push_turn(burst=1, media="voice")
+            await self.until(lambda: self.model.transcribing > 0, IN_FLIGHT_WITHIN_S, None)
+            await asyncio.sleep(self.rng.uniform(0, 0.05))
         process = self.alive()
         age = asyncio.get_running_loop().time() - self.spawned_at
         model_open = self.model.open > 0
         in_flight = self.tg.in_flight["sendmessage"] > 0
+        transcribing = self.model.transcribing > 0
         process.kill()
         await asyncio.wait_for(process.wait(), SPAWN_EXIT_S)
         rows = self.note_sending(f"kill #{len(self.kills) + 1} ({planned})")
-        self.kills.append(Kill(planned, age, model_open, in_flight, rows))
+        self.kills.append(Kill(planned, age, model_open, in_flight, rows, transcribing))
 
     async def sigterm(self) -> None:
         """SIGTERM once the bot runs: the process must exit 0 within shutdown_grace_s + 5 s.

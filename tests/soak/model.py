@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +31,15 @@ LONG = "long"
 LONG_PARAGRAPHS = 24
 FILLER = "lorem ipsum dolor sit amet consectetur " * 9
 ANSWER_PREFIX = "answer to: "
+# A soak voice note is these bytes and then its words: the fake transcription reads them back.
+VOICE_MAGIC = b"OggS-soak:"
 
 
 def plan_of(text: str) -> list[list[Call]]:
-    """The tool steps a message's text asks for: its tag after the chat label, e.g. m0007-dm-time."""
-    parts = text.split("-")
-    return PLANS.get(parts[2], []) if len(parts) > 2 else []
+    """The tool steps a message's text asks for: its tag after the chat label, e.g. m0007-dm-time
+    (after the name of an attachment, e.g. "[image: photo-7.jpg]\nm0007-dm-time")."""
+    found = re.search(r"m\d{4}-[a-z0-9]+-([a-z]+)", text)
+    return PLANS.get(found.group(1), []) if found else []
 
 
 def answer_for(asked: list[str]) -> str:
@@ -55,6 +59,8 @@ class SoakModel:
     min_delay_s: float = 0.02
     max_delay_s: float = 0.4
     open: int = 0
+    # Transcriptions in progress (a kill may be aimed at one).
+    transcribing: int = 0
     requests: int = 0
     # Requests that ended with the bot's own answer: a run re-answering what was answered.
     answered_last: list[str] = field(default_factory=list)
@@ -68,6 +74,15 @@ class SoakModel:
             return self.reply(body.get("messages") or [])
         finally:
             self.open -= 1
+
+    async def transcribe(self, audio: bytes) -> str:
+        """The words a soak voice note carries, after a random moment (a kill may land meanwhile)."""
+        self.transcribing += 1
+        try:
+            await asyncio.sleep(self.rng.uniform(self.min_delay_s, self.max_delay_s))
+        finally:
+            self.transcribing -= 1
+        return audio.removeprefix(VOICE_MAGIC).decode()
 
     def reply(self, messages: list[dict[str, Any]]) -> Reply:
         last = messages[-1] if messages else {}

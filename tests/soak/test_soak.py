@@ -46,6 +46,7 @@ async def test_random_kills_lose_nothing_and_every_message_is_answered_or_told(
     model = SoakModel(random.Random(rng.getrandbits(64)))
     started = time.monotonic()
     async with SlowTelegram(random.Random(rng.getrandbits(64))) as tg, FakeOpenAI(model) as llm:
+        llm.transcribe = model.transcribe
         soak = Soak(tmp_path, tg, model, llm.base_url, soak_size, rng)
         deadline = asyncio.timeout(budget_s(soak_size))
         try:
@@ -64,10 +65,12 @@ async def test_random_kills_lose_nothing_and_every_message_is_answered_or_told(
     summary = (
         f"soak: turns={soak.turn} messages={len(soak.order)} kills={len(kills)} "
         f"(start-up {sum(k.startup for k in kills)}, mid-model {sum(k.model_open for k in kills)}, "
-        f"mid-send {sum(k.mid_send for k in kills)}; a kill may be several) lost={found.lost} "
+        f"mid-send {sum(k.mid_send for k in kills)}, mid-transcription {sum(k.transcribing for k in kills)}; "
+        f"a kill may be several) lost={found.lost} "
         f"doubled={found.doubled} unannounced={found.unannounced} "
         f"(answered {found.answered}, told interrupted {found.interrupted}, "
         f"told shut down {found.shut_down}, drafts cut by a kill {found.cut_drafts}) "
+        f"voice={len(soak.voiced)} (unread after a kill {len(found.unread_voice)}) photos={soak.photos} "
         f"model requests={model.requests} slowest SIGTERM exit={max(soak.stop_times, default=0):.1f} s "
         f"seconds={time.monotonic() - started:.0f} seed={soak_size.seed}"
     )
@@ -75,4 +78,5 @@ async def test_random_kills_lose_nothing_and_every_message_is_answered_or_told(
         print(summary)
     report = "\n".join(found.problems[:50])
     assert not found.problems, f"{len(found.problems)} problem(s), {replay}:\n{report}"
-    assert_intact(soak.db, soak.order)
+    # A voice note no run read yet is stored with no text (its chat was told; /retry reads it).
+    assert_intact(soak.db, ["" if text in found.unread_voice else text for text in soak.order])
