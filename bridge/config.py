@@ -211,6 +211,8 @@ class LLMSettings(_Section):
                 "provider": provider,
                 "base_url": base_url,
                 "api_key": profile.api_key if profile.api_key_env or not same_server else self.api_key,
+                # Whether a model sees images is the model's own: never taken from [llm]'s model.
+                "vision": bool(profile.vision),
                 "profiles": {},
                 "fallback": None,
             }

@@ -52,6 +52,19 @@ def test_profiles_load_from_tables(tmp_path: Path) -> None:
     assert settings.llm.profiles["local"].tool_mode == "text"
 
 
+def test_a_profile_sees_images_only_when_it_says_so_whatever_llm_says(tmp_path: Path) -> None:
+    settings = load_settings(
+        config(
+            tmp_path,
+            'vision = true\n[llm.profiles.text]\nmodel = "small"\n'
+            '[llm.profiles.eyes]\nmodel = "big"\nvision = true\n',
+        )
+    )
+    assert settings.llm.vision is True
+    assert settings.llm.for_profile("text").vision is False
+    assert settings.llm.for_profile("eyes").vision is True
+
+
 def test_a_fallback_that_names_no_profile_is_named(tmp_path: Path) -> None:
     message = error_of(tmp_path, 'fallback = "backup"\n[llm.profiles.local]\nmodel = "qwen"\n')
     assert "llm.fallback: 'backup' is not a profile; defined profiles: default, local" in message
