@@ -28,6 +28,20 @@ Optional, looked up with getattr (leave them out rather than set them to None):
   `Outbound.nonce`, so a send cut short by a crash may be repeated after a restart.
 - `min_edit_interval_s: float`: the least time between two edits of one message (rate limits).
 - `implicit_owners: tuple[str, ...]`: senders that own the bot by being there (the local console).
+- `streams_drafts: bool`: True where an answer may stream into a message edited as it grows (a
+  "draft" Outbound, edited at most every `min_edit_interval_s`); the reply's first chunk then edits
+  that message (`Outbound.edit_of`). `edit_reply(route, message_id, text)`: that edit with the
+  reply's formatting, where `edit` would send plain text. `supports_stream: bool` with
+  `stream(route, delta)`: a surface that prints text as it comes (the console) instead.
+- Attachments: set `Inbound.attachments` (bridge.media.model.Attachment: kind `image`, `audio` or
+  `file`, a name, `ref` the platform's handle, mime type and size when known) and the caption as the
+  text; never download in the handler. `async download(attachment, max_bytes) -> bytes` fetches one
+  when a run needs it, raising `bridge.errors.MediaError` with a short reason (too large, gone).
+- `async send_file(item) -> str | None`: send `item.file` (bridge.media.model.OutFile: a name and a
+  path to read) with `item.text` as its caption; as a photo where `file.photo` and the platform shows
+  one. `max_upload_bytes` and `max_photo_bytes`: the largest file and photo it can send; send_file
+  refuses a larger one before anything is queued. Without `send_file`, the chat gets the caption and
+  the file's name.
 - `async start_sending()`: connect for sending only, without listening. Where several workers share
   one database, only one of them listens on a platform connection that must be unique (Telegram
   polling, a Discord gateway), and the others call this to answer the chats they claim; `start`
