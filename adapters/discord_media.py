@@ -10,7 +10,7 @@ import aiohttp
 import discord
 
 from bridge.errors import MediaError
-from bridge.media.model import Attachment, MediaKind, OutFile
+from bridge.media.model import Attachment, MediaKind, OutFile, megabytes
 from bridge.retry import GIVE_UP, RETRY, Backoff, Sleep, Verdict, with_retries
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ async def download(
 ) -> bytes:
     """The attachment's bytes from Discord's CDN, retried on a passing failure; MediaError saying why not."""
     if attachment.size is not None and attachment.size > max_bytes:
-        raise MediaError(f"too large: {attachment.size / MIB:.1f} MB")
+        raise MediaError(f"too large: {megabytes(attachment.size)}")
     try:
         return await with_retries(
             lambda: client.http.get_from_cdn(attachment.ref),

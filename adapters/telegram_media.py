@@ -11,7 +11,7 @@ from telegram import Bot, Message
 from telegram.error import BadRequest, TelegramError
 
 from bridge.errors import MediaError
-from bridge.media.model import Attachment, MediaKind, OutFile
+from bridge.media.model import Attachment, MediaKind, OutFile, megabytes
 
 # Runs a Bot API request with the adapter's retries (flood waits, network errors).
 Retrying = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
@@ -54,26 +54,19 @@ def attachments_of(message: Message) -> tuple[Attachment, ...]:
 async def download(bot: Bot, attachment: Attachment, max_bytes: int, retrying: Retrying) -> bytes:
     """The attachment's bytes through getFile, each request retried (`retrying`) on a passing network
     failure; MediaError saying why not (too large, gone)."""
-    limit = min(max_bytes, MAX_DOWNLOAD_BYTES)
     try:
         found = await retrying(lambda: bot.get_file(attachment.ref))
         if found.file_size is not None and found.file_size > max_bytes:
-            raise MediaError(f"too large: {found.file_size / MIB:.1f} MB")
+            raise MediaError(f"too large: {megabytes(found.file_size)}")
         data = bytes(await retrying(found.download_as_bytearray))
     except BadRequest as exc:
         if "too big" in str(exc).lower():
-            raise MediaError(f"too large: Telegram lets bots download files up to {limit // MIB} MB") from exc
+            most = megabytes(MAX_DOWNLOAD_BYTES)
+            raise MediaError(f"too large: Telegram lets bots download files up to {most}") from exc
         raise MediaError(f"Telegram refused it ({exc.message})") from exc
     except TelegramError as exc:
         raise MediaError(f"the download failed ({type(exc).__name__})") from exc
     return data
-
-
-def too_large(file: OutFile) -> str | None:
-    """Why Telegram won't take the file, or None."""
-    if file.size > MAX_UPLOAD_BYTES:
-        return f"Telegram takes files up to {MAX_UPLOAD_BYTES // MIB} MB"
-    return None
 
 
 async def send_file(bot: Bot, chat_id: int, file: OutFile, caption: str, params: dict[str, Any]) -> Message:

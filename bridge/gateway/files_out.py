@@ -9,14 +9,15 @@ from pathlib import Path
 from bridge.events import Outbound, Route
 from bridge.gateway.delivery import Delivery
 from bridge.media.blobs import MediaStore
-from bridge.media.intake import megabytes
-from bridge.media.model import OutFile
+from bridge.media.model import OutFile, megabytes
 from bridge.media.parts import image_type
 from bridge.store.base import SessionRow
 from bridge.tools.base import ToolResult
 
 # How long send_file waits to say "sent"; past it, the file stays queued and goes when the chat can.
 CONFIRM_S = 30.0
+# The largest file sent where the platform names no limit of its own (it is read whole, and kept).
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
 
 class FileOut:
@@ -34,7 +35,8 @@ class FileOut:
             return ToolResult.error("no_chat", "This session has no chat this bot can send a file to.")
         size = (await asyncio.to_thread(path.stat)).st_size
         limit = getattr(sender, "max_upload_bytes", None)
-        if isinstance(limit, int) and size > limit:
+        limit = limit if isinstance(limit, int) else DEFAULT_MAX_BYTES
+        if size > limit:
             return ToolResult.error(
                 "too_large",
                 f"{path.name} is {megabytes(size)}; {route.surface} takes files up to {megabytes(limit)}. "

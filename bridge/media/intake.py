@@ -10,7 +10,7 @@ from typing import Any
 from bridge.config import Settings
 from bridge.errors import MediaError
 from bridge.media.blobs import MediaStore
-from bridge.media.model import Attachment, dumps, loads
+from bridge.media.model import Attachment, dumps, loads, megabytes
 from bridge.media.parts import image_type
 from bridge.media.stt import Transcriber
 from bridge.metrics import Metrics
@@ -24,14 +24,6 @@ Tell = Callable[[str, "str | None"], Awaitable[None]]
 VOICE_NOT_SET_UP = (
     "🎤 Voice messages aren't set up on this bot, so I can't listen to this one. Please type it instead."
 )
-
-
-def megabytes(size: int) -> str:
-    """A size as people read it: "20 MB", "1.5 MB", "300 KB", "100 bytes"."""
-    for unit, scale in (("MB", 1024 * 1024), ("KB", 1024)):
-        if size >= scale:
-            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
-    return f"{size} bytes"
 
 
 def no_vision_text(model: str) -> str:

@@ -14,6 +14,14 @@ MediaKind = Literal["image", "audio", "file"]
 _KINDS = ("image", "audio", "file")
 
 
+def megabytes(size: int) -> str:
+    """A size as people read it: "20 MB", "1.5 MB", "300 KB", "100 bytes"."""
+    for unit, scale in (("MB", 1024 * 1024), ("KB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
 @dataclass(frozen=True, slots=True)
 class Attachment:
     """One attachment of a message: where the platform keeps it, and what became of it.
