@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from bridge.agent.attachments import read_attachments
 from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
 from bridge.agent.prompt import build_system_prompt
@@ -30,7 +31,7 @@ from bridge.logs import redactor
 from bridge.media.blobs import MediaStore, media_root
 from bridge.media.parts import ImageReader
 from bridge.metrics import Metrics
-from bridge.store.base import MessageRow, OutboxItem, OutboxRow, SessionRow, Store
+from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store
 from bridge.store.sqlite import new_id
 from bridge.text import scrub
 from bridge.tools.base import FileSender, SessionMessenger, ToolContext
@@ -125,7 +126,8 @@ class AgentRunner:
         self.live.publish("run_started", run_id=run_id, session_key=session.key, channel=channel)
         context, rows, input_hash = started.context, started.rows, started.input_hash
         if media is not None:
-            rows = await self._read_media(media, rows, run_id)
+            limit = agent.run_timeout_s
+            rows = await read_attachments(media, rows, run_id=run_id, store=self.store, timeout_s=limit)
         # Restored from the whole history with one indexed query, not from the window: a group loaded
         # 200 turns ago is still loaded. Groups that left the registry are dropped here.
         loaded = self.registry.known_groups(context.loaded_groups if self.restore_groups else ())
@@ -189,24 +191,6 @@ class AgentRunner:
         result.loaded_skills = set(ctx.loaded_skills)
         result.over_budget = over_budget
         return await asyncio.shield(self._conclude(state, result, ctx.session.id, reply))
-
-    async def _read_media(self, media: MediaReader, rows: list[MessageRow], run_id: str) -> list[MessageRow]:
-        """The rows with their attachments read, within the run's time limit; as they were if reading
-        failed as a whole or ran out of time (the run still answers, its attachments named but unread,
-        and a later run reads them), rather than leave its row running."""
-        try:
-            async with asyncio.timeout(self.settings.agent.run_timeout_s):
-                return await media(rows)
-        except asyncio.CancelledError:
-            # /stop or a shutdown while a file downloads: the run ends here, recorded as cancelled.
-            await asyncio.shield(self.store.finish_run(run_id, "cancelled", error="cancelled"))
-            raise
-        except TimeoutError:
-            log.warning("run %s: reading its attachments took too long; answering without them", run_id)
-            return rows
-        except Exception:
-            log.exception("reading the attachments of a message failed")
-            return rows
 
     async def _conclude(
         self, state: RunState, result: RunResult, session_id: str, reply: ReplyPlanner | None
