@@ -18,6 +18,8 @@ API_VERSION = "2023-06-01"
 # The Messages API has no server-side default for max_tokens: every request must carry one.
 DEFAULT_MAX_TOKENS = 4096
 _INVALID_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+# Anthropic takes images up to 5 MB each, as sent (base64).
+MAX_IMAGE_BASE64 = 5 * 1024 * 1024
 
 
 class AnthropicProvider(HTTPProvider):
@@ -162,18 +164,15 @@ def to_anthropic_messages(messages: list[ChatMessage]) -> tuple[str, list[dict[s
 
 def _image_blocks(message: ChatMessage) -> list[dict[str, Any]]:
     # Images first, then the text about them: the order Anthropic's documentation recommends.
-    return [
-        {
-            "type": "image",
-            "source": {
-                "type": "base64",
-                "media_type": image.mime,
-                "data": base64.b64encode(image.data).decode(),
-            },
-        }
-        for image in message.images
-        if image.data
-    ]
+    blocks = []
+    for image in message.images:
+        data = base64.b64encode(image.data).decode() if image.data else ""
+        # The API refuses the whole request over one image past its limit: such an image is left to
+        # its name in the text, as for a model that can't see.
+        if data and len(data) <= MAX_IMAGE_BASE64:
+            source = {"type": "base64", "media_type": image.mime, "data": data}
+            blocks.append({"type": "image", "source": source})
+    return blocks
 
 
 def _text_blocks(text: str) -> list[dict[str, Any]]:

@@ -206,3 +206,17 @@ async def test_anthropic_puts_a_tool_result_before_an_image_that_follows_it(
     last = fake_anthropic.last_request["messages"][-1]
     assert [block["type"] for block in last["content"]] == ["tool_result", "image", "text"]
     assert anthropic_server.images_in(fake_anthropic.last_request) == [("image/png", PNG)]
+
+
+async def test_anthropic_leaves_an_image_past_its_5_mb_limit_to_its_name(
+    fake_anthropic: FakeAnthropic, make_provider: MakeProvider
+) -> None:
+    fake_anthropic.push(anthropic_server.text("ok"))
+    big = PNG + b"\x00" * (4 * 1024 * 1024)  # over 5 MB once base64-encoded
+
+    await make_provider(fake_anthropic.base_url, provider="anthropic", api_key="sk-ant-test").complete(
+        [ChatMessage("user", "[image: big.png]\nand this?", images=(photo(big), photo(PNG)))], []
+    )
+
+    assert fake_anthropic.rejections == []
+    assert anthropic_server.images_in(fake_anthropic.last_request) == [("image/png", PNG)]
