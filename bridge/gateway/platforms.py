@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from typing import TYPE_CHECKING
 
 from bridge.config import Settings
+from bridge.errors import StoreError
+from bridge.store.claims import STANDBY_POLL_S
 
 if TYPE_CHECKING:
     from bridge.app import Bridge
@@ -89,7 +92,19 @@ async def _take_over(
     started: list[GuardedAdapter],
 ) -> None:
     """Stand by for a connection another worker listens on, and listen once it has ended."""
-    if not await bridge.store.claim_worker(standby=stop, name=lock, what=what):
+    while True:
+        try:
+            claimed = await bridge.store.claim_worker(standby=stop, name=lock, what=what)
+            break
+        except StoreError as exc:
+            # The database is out of reach (a restart): standing by is still this worker's job, or
+            # the platform would go unread once the worker that listens ends.
+            log.warning("cannot reach the database to stand by for %s (%s); trying again", what, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), STANDBY_POLL_S)
+            if stop.is_set():
+                return
+    if not claimed:
         return
     try:
         await _listen(bridge, adapter, lock, started)

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from bridge.store.intake import session_lease
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_api import FakeTelegram
@@ -126,6 +127,19 @@ async def settled(url: str) -> None:
     # Polled with a deadline: the workers' database has no event for a test to wait on.
     async with asyncio.timeout(30):
         while rows(url, "SELECT id FROM outbox WHERE state IN ('pending', 'sending')"):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+
+async def lease_released(url: str, key: str) -> None:
+    """Wait until no worker holds the chat's lease: the answer can reach Telegram a moment before the
+    worker that sent it lets the chat go, and a worker running a chat when the database restarts
+    stops (by design)."""
+    held = (
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        f"AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('{session_lease(key)}', 0)"
+    )
+    async with asyncio.timeout(30):
+        while rows(url, held):  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
 
@@ -262,12 +276,14 @@ async def test_a_database_restart_never_leaves_two_workers_answering(
     tmp_path: Path, tg: FakeTelegram
 ) -> None:
     with postgres_server() as server:  # its own server: restarting it cuts only these workers off
+        url = server.database()
         async with (
             FakeOpenAI(Model()) as llm,
-            workers(tmp_path, config_for(tmp_path, tg, llm, server.database()), 2) as (first, second),
+            workers(tmp_path, config_for(tmp_path, tg, llm, url), 2) as (first, second),
         ):
             tg.dm(FIRST_USER, "before")
             await tg.wait_for(lambda: answered(tg, FIRST_USER, "before"), timeout=30)
+            await lease_released(url, f"telegram:dm:{FIRST_USER}")
             # Every connection dies, the polling lock's too. Either the polling worker takes it back,
             # or the other takes it, and the polling one stops before the other starts polling.
             await asyncio.to_thread(server.restart)
