@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
 
-from bridge.config_base import Section
+from bridge.config_base import Section, url_setting
 
 MIB = 1024 * 1024
 
@@ -37,11 +36,7 @@ class SttSettings(Section):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is None or value == "":
-            return None
-        if not re.match(r"^https?://[^\s/]+", value):
-            raise ValueError("must be a URL such as http://127.0.0.1:8080/v1")
-        return value.rstrip("/")
+        return url_setting(value, "http://127.0.0.1:8080/v1")
 
     @property
     def enabled(self) -> bool:
