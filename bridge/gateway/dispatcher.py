@@ -204,8 +204,12 @@ class Dispatcher:
             return inbound.attachments, None
         attachments, notices = self.media.screen(inbound.attachments)
         told = None
-        for text in notices:
-            told = await self._notice(inbound.route, key, text)
+        for index, text in enumerate(notices):
+            # Once per platform message: a redelivery (Telegram, after a crash) is not told again.
+            once = f"screened:{inbound.platform_msg_id}:{index}" if inbound.platform_msg_id else None
+            told = await self._answer(
+                Outbound(inbound.route, "notice", text, session_key=key, dedupe_key=once)
+            )
         return attachments, told
 
     def _media_reader(self, session: SessionRow, route: Route, key: str) -> MediaReader | None:

@@ -290,3 +290,17 @@ async def test_stop_while_a_download_hangs_ends_the_run_as_cancelled_and_the_cha
         runs = await r.bridge.store.list_runs(session_key="main", limit=5)
     assert "stopped" in messages[0]["text"].lower() and messages[-1]["text"] == "Still here."
     assert sorted(run.status for run, _ in runs) == ["cancelled", "ok"]
+
+
+async def test_a_redelivered_oversized_file_is_not_refused_twice(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("hi"))
+    async with rig(fake_llm, configure=vision) as r:
+        tg.dm(OWNER, None, document=("scan.png", "image/png", PNG), file_size=30 * MB)
+        await r.sent_to(OWNER, 1)
+        tg.redeliver_all()  # as after a crash before Telegram had the offset
+        tg.dm(OWNER, "still there?")
+        messages = await r.sent_to(OWNER, 2)
+    assert [m["text"] for m in messages][1:] == ["hi"]
+    assert sum("scan.png is 30 MB" in m["text"] for m in messages) == 1
