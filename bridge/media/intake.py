@@ -33,6 +33,15 @@ def no_vision_text(model: str) -> str:
     )
 
 
+def _once(tell: Tell, key: str) -> Tell:
+    """`tell`, each thing it says said once under `key` (whatever key the caller gives)."""
+
+    async def told(text: str, _: str | None) -> None:
+        await tell(text, key)
+
+    return told
+
+
 def _outcome(attachment: Attachment) -> str:
     """What became of an attachment a run read, as /metrics counts it."""
     if attachment.problem:
@@ -94,9 +103,12 @@ class MediaIntake:
                 out.append(row)
                 continue
             read, transcripts = [], []
-            for attachment in attachments:
+            for index, attachment in enumerate(attachments):
                 if attachment.pending:
-                    attachment, transcript = await self._read_one(attachment, sender, tell)
+                    # What went wrong is said once per attachment: a run a kill cut short reads it
+                    # again after the restart, and must not tell the chat twice.
+                    once = _once(tell, f"media-{row.id}-{index}")
+                    attachment, transcript = await self._read_one(attachment, sender, once)
                     self._count(attachment, _outcome(attachment))
                     if transcript:
                         transcripts.append(transcript)

@@ -255,7 +255,9 @@ async def test_bytes_that_are_not_an_image_are_refused_with_a_notice(
     [read] = loads(out.media)
     assert read.problem == "not an image format I can read (JPEG, PNG, GIF or WebP)"
     assert read.sha256 is None
-    assert told.calls == [("⚠️ photo.jpg is not an image format I can read (JPEG, PNG, GIF or WebP).", None)]
+    assert told.calls == [
+        ("⚠️ photo.jpg is not an image format I can read (JPEG, PNG, GIF or WebP).", f"media-{row.id}-0")
+    ]
     assert not blobs.root.exists() or not any(p.is_file() for p in blobs.root.rglob("*"))
     assert loads((await stored_row(store, row)).media) == (read,)
 
@@ -272,7 +274,7 @@ async def test_a_download_the_platform_refuses_keeps_its_reason(
 
     [read] = loads(out.media)
     assert read.problem == "gone"
-    assert told.calls == [("⚠️ I couldn't fetch photo.jpg: gone.", None)]
+    assert told.calls == [("⚠️ I couldn't fetch photo.jpg: gone.", f"media-{row.id}-0")]
 
 
 async def test_a_download_failing_unexpectedly_is_the_download_failed(
@@ -291,7 +293,7 @@ async def test_a_download_failing_unexpectedly_is_the_download_failed(
 
     [read] = loads(out.media)
     assert read.problem == "the download failed"
-    assert told.calls == [("⚠️ I couldn't fetch photo.jpg: the download failed.", None)]
+    assert told.calls == [("⚠️ I couldn't fetch photo.jpg: the download failed.", f"media-{row.id}-0")]
     assert "peer reset" not in told.texts[0]
 
 
@@ -309,7 +311,9 @@ async def test_more_bytes_than_the_limit_are_refused_whatever_was_announced(
     [read] = loads(out.media)
     assert read.problem == f"too large: {megabytes(len(data))}"
     assert read.sha256 is None
-    assert told.calls == [(f"⚠️ I couldn't fetch photo.jpg: too large: {megabytes(len(data))}.", None)]
+    assert told.calls == [
+        (f"⚠️ I couldn't fetch photo.jpg: too large: {megabytes(len(data))}.", f"media-{row.id}-0")
+    ]
     assert await blobs.get(hashlib.sha256(data).hexdigest()) is None
 
 
@@ -380,7 +384,7 @@ async def test_no_vision_notice_when_no_image_could_be_read(
     await make_intake().read(
         [row], sender=Sender({"file-1": NOT_AN_IMAGE}), tell=told, vision=False, model="m"
     )
-    assert [once for _, once in told.calls] == [None]  # the format notice only
+    assert [once for _, once in told.calls] == [f"media-{row.id}-0"]  # the format notice only
 
 
 async def test_no_vision_notice_for_images_read_by_an_earlier_run(
@@ -500,7 +504,7 @@ async def test_a_transcription_server_error_marks_the_voice_note_and_tells_the_u
         (
             "⚠️ I couldn't transcribe your voice message: the transcription server failed: HTTP 500. "
             "Please try again, or type it.",
-            None,
+            f"media-{row.id}-0",
         )
     ]
     assert loads((await stored_row(store, row)).media) == (read,)
@@ -547,7 +551,7 @@ async def test_voice_pending_after_stt_was_taken_out_of_the_config_is_marked_and
 
     [read] = loads(out.media)
     assert read.problem == "voice is not set up"
-    assert told.calls == [(VOICE_NOT_SET_UP, None)]
+    assert told.calls == [(VOICE_NOT_SET_UP, f"media-{row.id}-0")]
     assert sender.downloads == []  # not fetched for nothing
 
 
@@ -565,3 +569,16 @@ async def test_a_read_row_is_not_read_again(
 
     assert out is again and sender.downloads == [] and len(fake_stt.transcriptions) == 1
     assert json.loads(out.media or "")[0]["transcribed"] is True
+
+
+async def test_an_attachment_read_again_after_a_kill_tells_under_the_same_key(
+    make_intake: MakeIntake, store: SQLiteStore
+) -> None:
+    # A kill between the notice and the write-back leaves the row unread: the restart reads it again,
+    # and the outbox, which drops a second notice under one key, tells the chat once.
+    row = await user_row(store, "", PHOTO)
+    told = Told()
+    sender = Sender({"file-1": MediaError("gone")})
+    for _ in range(2):
+        await make_intake().read([row], sender=sender, tell=told, vision=True, model="m")
+    assert [once for _, once in told.calls] == [f"media-{row.id}-0"] * 2
