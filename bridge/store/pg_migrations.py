@@ -281,4 +281,11 @@ PG_MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN media TEXT;
     ALTER TABLE outbox ADD COLUMN file TEXT;
     """,
+    # 14: a task keeps the authority of whoever made it (bridge.sessions.authority, as JSON) and who
+    # that was, so its firings act with no more than that, and a member's waiting tasks are counted.
+    """
+    ALTER TABLE tasks ADD COLUMN authority TEXT;
+    ALTER TABLE tasks ADD COLUMN maker TEXT;
+    CREATE INDEX tasks_by_maker ON tasks (chat_key, maker) WHERE state IN ('active', 'paused');
+    """,
 )
