@@ -45,6 +45,7 @@ from bridge.events import Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.media.model import Attachment
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after, with_retries
+from bridge.serving import ConnectionLimits
 from bridge.text import split_message, utf16_len
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,7 @@ class TelegramAdapter:
             secret=secret,
             reuse_port=self.shared_intake,
             routes=self.http_routes,
+            limits=ConnectionLimits(cfg.webhook_max_connections, cfg.webhook_header_timeout_s),
         )
         try:
             await server.start()

@@ -15,6 +15,7 @@ from telegram.error import Conflict, InvalidToken, TelegramError
 from bridge.errors import IntakeUnavailable
 from bridge.jsonutil import loads
 from bridge.retry import Backoff, retry_line
+from bridge.serving import ConnectionLimits, LimitedServer
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +270,10 @@ class WebhookServer:
         secret: str,
         reuse_port: bool = False,
         routes: list[tuple[str, str, Any]] | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self._intake = intake
+        self._limits = limits or ConnectionLimits()
         # The core's own routes, served beside Telegram's (see `http_routes` in adapters/base.py).
         self._routes = routes or []
         self._reuse_port = reuse_port
@@ -281,32 +284,40 @@ class WebhookServer:
         self._storing = Streak(
             "storing a webhook update", then="answered 500, so Telegram sends it again", waits=False
         )
-        self._runner: web.AppRunner | None = None
+        self._server: LimitedServer | None = None
+
+    @property
+    def open_connections(self) -> int:
+        return self._server.open_connections if self._server is not None else 0
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post(self._path, self._receive)
         for method, path, handler in self._routes:
             app.router.add_route(method, path, handler)
-        # Requests still open at stop get STOP_STEP_S; Telegram resends what was not answered 200.
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=STOP_STEP_S)
-        await runner.setup()
-        try:
-            # reuse_port: workers sharing a database all take webhook requests, on one host too.
-            await web.TCPSite(runner, self._listen, self._port, reuse_port=self._reuse_port or None).start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
+        server = LimitedServer(
+            app,
+            listen=self._listen,
+            port=self._port,
+            limits=self._limits,
+            name="Telegram webhook server",
+            remedy="[telegram] webhook_max_connections",
+            # Requests still open at stop get STOP_STEP_S; Telegram resends what was not answered 200.
+            shutdown_timeout=STOP_STEP_S,
+            # Workers sharing a database all take webhook requests, on one host too.
+            reuse_port=self._reuse_port,
+        )
+        await server.start()
+        self._server = server
 
     async def stop(self) -> None:
         """Close the server; the webhook stays registered with Telegram, which queues updates meanwhile."""
-        runner, self._runner = self._runner, None
-        if runner is None:
+        server, self._server = self._server, None
+        if server is None:
             return
         try:
             async with asyncio.timeout(2 * STOP_STEP_S):
-                await runner.cleanup()
+                await server.stop()
         except Exception as exc:  # stopping must never fail
             log.warning("Telegram: closing the webhook server: %r", exc)
 

@@ -146,6 +146,10 @@ class AdminSettings(_Section):
     # Bearer token (or the login form's) for every route. Unset on a loopback address, each start
     # makes one and writes it to admin.token beside the database (`bridge admin` prints the URL).
     token: SecretStr = SecretStr("")
+    # Open connections past this close the oldest still sending no request header, or are refused
+    # (503); a connection with no whole header this long after opening is closed (bridge/serving.py).
+    max_connections: int = Field(256, ge=1, le=100_000)
+    header_timeout_s: float = Field(10.0, gt=0, le=300)
 
     @model_validator(mode="after")
     def _safe(self) -> AdminSettings:
@@ -254,6 +258,9 @@ class TelegramSettings(AccessSettings):
     port: int = Field(8443, ge=1, le=65535)
     # Checked on every webhook request; when empty, a random one is made at each start.
     webhook_secret: SecretStr = SecretStr("")
+    # The webhook server's limits, as [admin] max_connections and header_timeout_s for its own.
+    webhook_max_connections: int = Field(256, ge=1, le=100_000)
+    webhook_header_timeout_s: float = Field(10.0, gt=0, le=300)
 
     @field_validator("api_base")
     @classmethod
