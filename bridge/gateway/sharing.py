@@ -30,6 +30,9 @@ LEASE_WAIT_S = 0.1
 RECONNECT_FOR_S = 10.0
 # How often a worker looks for runs and unsent rows of workers that died: they are taken over within it.
 SWEEP_EVERY_S = 1.0
+# How long a run waits for its chat's messages that another living worker is sending (it took them
+# over from a dead one), so the run's answer does not overtake them; past it, the run goes ahead.
+LEFT_WAIT_S = 10.0
 
 
 class WorkShare:
@@ -44,7 +47,9 @@ class WorkShare:
       connection ends, and the server frees its leases at once.
     - **Taking over.** Each worker also holds a lock named after itself for as long as it lives. Runs
       left `running` and outbox rows left unsent by a worker whose lock is free are taken over: the
-      runs aborted with the usual notice, the rows sent (or marked uncertain) as at a restart.
+      runs aborted with the usual notice, the rows sent (or marked uncertain) as at a restart. The
+      sweep does it every SWEEP_EVERY_S; a run does it for its own chat before it starts, so what a
+      dead worker left there goes out before the new answer (see _send_left_first).
 
     If the lease connection itself fails, this worker can no longer show that the chats it runs are
     its alone: `on_lost` is called (bridge run stops the process at once, as if killed).
@@ -75,6 +80,9 @@ class WorkShare:
         self._serving: set[str] = set()
         self._wake = asyncio.Event()
         self._reconnecting = asyncio.Lock()
+        # One take-over at a time (the sweep's, a run's): once a run holds it, rows the sweep took
+        # over are in the courier already, ahead of anything the run sends.
+        self._taking_over = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -109,6 +117,7 @@ class WorkShare:
 
         async def leased() -> None:
             try:
+                await self._send_left_first(key)
                 await job()
             finally:
                 await self._release(key)
@@ -207,6 +216,10 @@ class WorkShare:
                 log.warning("cannot look for work left by stopped workers: %s", exc)
 
     async def _take_over(self) -> None:
+        async with self._taking_over:
+            await self._take_over_dead()
+
+    async def _take_over_dead(self) -> None:
         others = await self.store.others_with_work(self.worker_id)
         listed = {row.id for row in await self.store.workers() if row.id != self.worker_id}
         dead = [w for w in others | listed if w is None or await self.leases.is_free(worker_lease(w))]
@@ -232,11 +245,43 @@ class WorkShare:
 
     # ---------------------------------------------------------------- one chat
 
+    async def _send_left_first(self, key: str) -> None:
+        """Before a run in `key`: what a dead worker left in that chat (a reply it had written, the
+        notice of a run it cut short) is taken over now and queued in this worker's courier, ahead of
+        the run's answer, rather than at the next sweep, which could come after the answer. Messages
+        another living worker took over are waited for, up to LEFT_WAIT_S."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEFT_WAIT_S
+        try:
+            while True:
+                async with self._taking_over:
+                    left = await self.store.left_in(key, self.worker_id, self.delivery.surfaces())
+                    if not left:
+                        return
+                    dead = [w for w in left if w is None or await self.leases.is_free(worker_lease(w))]
+                    if dead:
+                        await self._take_over_dead()
+                if loop.time() >= deadline:
+                    log.warning(
+                        "%s: this chat's earlier messages are still on their way in another worker after "
+                        "%g s; answering anyway, so the answer may arrive before them (check that "
+                        "worker's connection to the platform)",
+                        key,
+                        LEFT_WAIT_S,
+                    )
+                    return
+                if not dead:
+                    # Polled: another worker's sending has no event here.
+                    await asyncio.sleep(LEASE_WAIT_S)
+        except StoreError as exc:
+            log.warning("%s: cannot look for messages a stopped worker left there: %s", key, exc)
+
     async def _serve(self, claimed: Claimed) -> None:
         """Answer the chat's waiting messages, oldest first, then let its lease go."""
         key, session = claimed.session.key, claimed.session
         waiting: tuple[int, str | None] | None = (claimed.message_id, claimed.platform_msg_id)
         try:
+            await self._send_left_first(key)
             while waiting is not None and not self.dispatcher.closing:
                 route = Route.from_json(session.last_route)
                 if route is None:

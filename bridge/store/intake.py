@@ -105,6 +105,23 @@ class IntakeTable(Database):
         )
         return {row[0] for row in rows}
 
+    async def left_in(self, key: str, me: str, surfaces: Collection[str]) -> set[str | None]:
+        """Workers, other than `me`, that left the chat `key` a run in progress or a message not yet
+        sent (a reply, a notice; tool activity aside) on the given surfaces (None: rows no worker
+        sends yet)."""
+        if not surfaces:
+            return set()
+        states = ", ".join(f"'{state}'" for state in OPEN_STATES)
+        marks = ", ".join("?" * len(surfaces))
+        rows = await self._rows(
+            f"SELECT worker_id FROM outbox WHERE session_key = ? AND state IN ({states}) "
+            f"AND kind != 'activity' AND surface IN ({marks}) AND (worker_id IS NULL OR worker_id != ?) "
+            "UNION SELECT r.worker_id FROM runs r JOIN sessions s ON s.id = r.session_id "
+            "WHERE s.key = ? AND r.status = 'running' AND (r.worker_id IS NULL OR r.worker_id != ?)",
+            (key, *surfaces, me, key, me),
+        )
+        return {row[0] for row in rows}
+
     async def take_over_outbox(
         self, workers: Iterable[str | None], me: str, surfaces: Collection[str]
     ) -> list[OutboxRow]:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bridge.app import Bridge
 from bridge.events import Inbound
+from bridge.gateway import sharing
 from bridge.store.base import OutboxItem
 from bridge.store.intake import session_lease
 from bridge.store.pg_leases import PgLeases
 from bridge.store.postgres import PostgresStore
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes import openai_server as fake
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import OWNER, RecordingSender, make_settings
 from tests.pg import PostgresServer
 
@@ -173,3 +176,52 @@ async def test_send_off_in_another_worker_reaches_this_workers_copy_of_the_chat_
             await asyncio.sleep(0.02)
 
     await asyncio.wait_for(denied(), 10)
+
+
+def answer_to(request: dict[str, Any]) -> Reply:
+    asked = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
+    return fake.text(f"answer to: {asked}")
+
+
+async def test_a_dead_workers_reply_goes_out_before_the_answer_to_the_next_message_in_its_chat(
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30, break 12: a worker killed after it wrote its reply to m9, and m10 comes in. The
+    sweep takes the reply over within a second, in no set order with m10's run: it is off here, so
+    only the run's own look at its chat can send the reply first."""
+    monkeypatch.setattr(sharing, "SWEEP_EVERY_S", 3600.0)
+    async with FakeOpenAI(answer_to) as llm:
+        settings = make_settings(tmp_path, llm.base_url, storage={"url": postgres.database()})
+        async with Bridge(settings, standby=asyncio.Event()) as bridge:
+            sender = RecordingSender()
+            bridge.add_sender(sender)
+            await bridge.recover()  # starts claiming
+
+            def message(text: str, n: int) -> Inbound:
+                return Inbound(
+                    surface="test",
+                    chat_type="dm",
+                    chat_id=OWNER,
+                    sender_id=OWNER,
+                    text=text,
+                    message_id=str(n),
+                )
+
+            key = bridge.sessions.key_for(message("m9", 9))
+            await bridge.sessions.active(message("m9", 9))
+            # The reply the killed worker committed with its answer to m9, never sent.
+            await bridge.store.add_outbox(
+                OutboxItem(
+                    "reply", "test", OWNER, "answer to: m9", "pending", session_key=key, worker_id="killed"
+                )
+            )
+            await bridge.handle(message("m10", 10))
+
+            async def answered() -> None:
+                while "answer to: m10" not in sender.of("reply"):  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+
+            # Polled with a deadline: the recording sender has no event to wait on.
+            await asyncio.wait_for(answered(), 20)
+            assert sender.of("reply") == ["answer to: m9", "answer to: m10"]
+            assert await bridge.store.outbox(state=("pending", "sending")) == []
