@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from bridge.errors import MediaError
+from bridge.media.bounded import too_large
 from bridge.media.model import Attachment, MediaKind
 
 # A line the console turns into a message with a file instead of text.
@@ -38,11 +39,16 @@ def local_attachment(line: str) -> tuple[tuple[Attachment, ...], str] | str:
 
 
 def read_local(attachment: Attachment, max_bytes: int) -> bytes:
-    """The bytes of a file /attach named; MediaError when it is gone or too large."""
+    """The bytes of a file /attach named; MediaError when it is gone or too large.
+
+    At most max_bytes + 1 are read, whatever its size said when it was attached: it may have grown
+    since, or be a pipe or device that never ends."""
     path = Path(attachment.ref)
     try:
-        if path.stat().st_size > max_bytes:
-            raise MediaError(f"too large: over the {max_bytes:,}-byte limit")
-        return path.read_bytes()
+        with path.open("rb") as file:
+            data = file.read(max_bytes + 1)
     except OSError as exc:
         raise MediaError(f"it can't be read ({exc.strerror or type(exc).__name__})") from exc
+    if len(data) > max_bytes:
+        raise too_large(max_bytes)
+    return data

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import aiohttp
 import discord
+from discord.http import HTTPClient
 
 from bridge.errors import MediaError
+from bridge.media.bounded import CHUNK_BYTES, read_at_most
 from bridge.media.model import Attachment, MediaKind, OutFile, megabytes
 from bridge.retry import GIVE_UP, RETRY, Backoff, Sleep, Verdict, with_retries
 
@@ -19,6 +21,8 @@ MIB = 1024 * 1024
 # What a bot may upload where the server has no boosts.
 MAX_UPLOAD_BYTES = 10 * MIB
 DOWNLOAD_BACKOFF = Backoff(attempts=3, base=0.5, cap=4.0)
+# A CDN download: a connection within 10 s, then no read waiting more than 30 s for the next chunk.
+DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=30.0)
 
 
 def attachments_of(message: discord.Message) -> tuple[Attachment, ...]:
@@ -49,12 +53,15 @@ def _download_verdict(exc: BaseException) -> Verdict:
 async def download(
     client: discord.Client, attachment: Attachment, max_bytes: int, *, sleep: Sleep = asyncio.sleep
 ) -> bytes:
-    """The attachment's bytes from Discord's CDN, retried on a passing failure; MediaError saying why not."""
+    """The attachment's bytes from Discord's CDN, retried on a passing failure; MediaError saying why not.
+
+    Streamed, and reading stops past max_bytes whatever the attachment's size or the Content-Length
+    said (bridge.media.bounded)."""
     if attachment.size is not None and attachment.size > max_bytes:
         raise MediaError(f"too large: {megabytes(attachment.size)}")
     try:
         return await with_retries(
-            lambda: client.http.get_from_cdn(attachment.ref),
+            lambda: _stream(client.http, attachment.ref, max_bytes),
             what="Discord: download",
             log=log,
             classify=_download_verdict,
@@ -69,6 +76,30 @@ async def download(
         raise MediaError(f"the download failed (HTTP {exc.status})") from exc
     except (aiohttp.ClientError, OSError) as exc:
         raise MediaError(f"the download failed ({type(exc).__name__})") from exc
+
+
+async def _stream(http: HTTPClient, url: str, max_bytes: int) -> bytes:
+    """One GET of a CDN URL, read up to max_bytes + 1, failing as discord.py's get_from_cdn does.
+
+    get_from_cdn reads the whole body before it returns, so the file is fetched here, through the
+    proxy discord.py was given.
+    """
+    async with (
+        aiohttp.ClientSession(timeout=DOWNLOAD_TIMEOUT) as session,
+        # Asked unencoded, so the limit counts the file's own bytes.
+        session.get(
+            url, proxy=http.proxy, proxy_auth=http.proxy_auth, headers={"Accept-Encoding": "identity"}
+        ) as response,
+    ):
+        if response.status == 404:
+            raise discord.NotFound(response, "asset not found")
+        if response.status == 403:
+            raise discord.Forbidden(response, "cannot retrieve asset")
+        if response.status != 200:
+            raise discord.HTTPException(response, "failed to get asset")
+        return await read_at_most(
+            response.content.iter_chunked(CHUNK_BYTES), max_bytes, announced=response.content_length
+        )
 
 
 async def read(file: OutFile) -> bytes:

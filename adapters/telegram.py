@@ -127,6 +127,7 @@ class TelegramAdapter:
         self.settings = settings
         self._sleep = sleep
         self._bot: IntakeBot | None = None
+        self._files = telegram_media.FileClient()
         self._poller: Poller | None = None
         self._webhook: WebhookServer | None = None
         self._handler: InboundHandler | None = None
@@ -235,6 +236,7 @@ class TelegramAdapter:
             await webhook.stop()
         if bot is not None:
             await close_quietly(bot)
+        await self._files.aclose()
 
     @property
     def bot(self) -> Bot:
@@ -399,6 +401,7 @@ class TelegramAdapter:
         """An Inbound attachment's bytes (getFile, then the file itself); MediaError when it can't."""
         return await telegram_media.download(
             self.bot,
+            self._files,
             attachment,
             max_bytes,
             lambda call: self._retrying(call, what="download", idempotent=True),

@@ -7,10 +7,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 from telegram import Bot, Message
-from telegram.error import BadRequest, TelegramError
+from telegram.error import BadRequest, NetworkError, TelegramError, TimedOut
 
 from bridge.errors import MediaError
+from bridge.media.bounded import CHUNK_BYTES, read_at_most
 from bridge.media.model import Attachment, MediaKind, OutFile, megabytes
 
 # Runs a Bot API request with the adapter's retries (flood waits, network errors).
@@ -22,6 +24,8 @@ MAX_PHOTO_BYTES = 10 * MIB
 MAX_UPLOAD_BYTES = 50 * MIB
 MAX_DOWNLOAD_BYTES = 20 * MIB
 CAPTION_LIMIT = 1024
+# A file download: a connection within 10 s, then no read waiting more than 30 s for the next chunk.
+DOWNLOAD_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
 
 def attachments_of(message: Message) -> tuple[Attachment, ...]:
@@ -51,14 +55,39 @@ def attachments_of(message: Message) -> tuple[Attachment, ...]:
     return ()
 
 
-async def download(bot: Bot, attachment: Attachment, max_bytes: int, retrying: Retrying) -> bytes:
+class FileClient:
+    """The HTTP client file downloads stream through (PTB's own download reads a whole file before it
+    returns): made on the first download, kept for the next, closed with the adapter."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=DOWNLOAD_TIMEOUT)
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+async def download(
+    bot: Bot, files: FileClient, attachment: Attachment, max_bytes: int, retrying: Retrying
+) -> bytes:
     """The attachment's bytes through getFile, each request retried (`retrying`) on a passing network
-    failure; MediaError saying why not (too large, gone)."""
+    failure; MediaError saying why not (too large, gone). The file is streamed and reading stops past
+    max_bytes, whatever getFile or the download's Content-Length said."""
     try:
         found = await retrying(lambda: bot.get_file(attachment.ref))
         if found.file_size is not None and found.file_size > max_bytes:
             raise MediaError(f"too large: {megabytes(found.file_size)}")
-        data = bytes(await retrying(found.download_as_bytearray))
+        url = found.file_path
+        if not url:
+            raise MediaError("Telegram gave no file to download")
+        data: bytes = await retrying(lambda: _stream(files.client, url, max_bytes))
     except BadRequest as exc:
         if "too big" in str(exc).lower():
             most = megabytes(MAX_DOWNLOAD_BYTES)
@@ -67,6 +96,30 @@ async def download(bot: Bot, attachment: Attachment, max_bytes: int, retrying: R
     except TelegramError as exc:
         raise MediaError(f"the download failed ({type(exc).__name__})") from exc
     return data
+
+
+async def _stream(client: httpx.AsyncClient, url: str, max_bytes: int) -> bytes:
+    """One GET of a file URL, read up to max_bytes + 1 (bridge.media.bounded), with httpx's failures
+    as PTB's errors so the adapter's retries treat them as they treat any Bot API request's. The URL
+    holds the bot token, so no error below carries it.
+    """
+    try:
+        # Asked unencoded, so the limit counts the file's own bytes.
+        async with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as response:
+            if response.status_code == 429 or response.status_code >= 500:
+                raise NetworkError(f"HTTP {response.status_code}")
+            if response.status_code >= 400:
+                raise BadRequest(f"HTTP {response.status_code}")
+            announced = response.headers.get("content-length")
+            return await read_at_most(
+                response.aiter_bytes(CHUNK_BYTES),
+                max_bytes,
+                announced=int(announced) if announced and announced.isdigit() else None,
+            )
+    except httpx.TimeoutException as exc:
+        raise TimedOut(f"httpx.{type(exc).__name__}") from None
+    except httpx.HTTPError as exc:
+        raise NetworkError(f"httpx.{type(exc).__name__}") from None
 
 
 async def send_file(bot: Bot, chat_id: int, file: OutFile, caption: str, params: dict[str, Any]) -> Message:

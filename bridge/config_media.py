@@ -32,6 +32,9 @@ class SttSettings(Section):
     # Passed on when set (ISO-639-1, e.g. "en"); the server guesses otherwise.
     language: str | None = None
     timeout_s: float = Field(120.0, gt=0)
+    # The longest transcript kept: a longer one is cut here and marked as cut, so a runaway server
+    # can't send the model megabytes of text. 20,000 characters is about 20 minutes of speech.
+    max_transcript_chars: int = Field(20_000, ge=100, le=1_000_000)
 
     @field_validator("base_url")
     @classmethod

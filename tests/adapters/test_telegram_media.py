@@ -282,7 +282,9 @@ async def test_stop_while_a_download_hangs_ends_the_run_as_cancelled_and_the_cha
     async with rig(fake_llm, configure=vision) as r:
         tg.fail_next("file", "hang")
         tg.dm(OWNER, None, photo=JPEG, caption="look")
-        await tg.wait_for(lambda: any(method == "getfile" for method, _ in tg.calls))
+        # The file's own request, not only getFile: a /stop before it arrives would leave the hang
+        # queued for the next run's download.
+        await tg.wait_for(lambda: tg.download_requests)
         tg.dm(OWNER, "/stop")
         await r.sent_to(OWNER, 1)
         tg.dm(OWNER, "hello?")

@@ -107,6 +107,8 @@ class Upload:
 
     size overrides the advertised size (the CDN then serves data padded with zero bytes, or cut,
     to exactly size bytes, streamed), so a test can fake a 30 MB file without allocating it.
+    served makes the CDN stream that many bytes instead, whatever size says (a file that lies about
+    its size); chunked streams it without a Content-Length.
     voice=True makes a Discord voice message: the message gets flags IS_VOICE_MESSAGE, the
     attachment duration_secs and a base64 waveform, and content_type is forced to audio/ogg.
     Images (image/*) get width/height: read from a PNG/GIF/JPEG header, else 640x480.
@@ -118,6 +120,8 @@ class Upload:
     size: int | None = None
     voice: bool = False
     duration_secs: float = 2.5
+    served: int | None = None
+    chunked: bool = False
 
 
 AttachmentSpec = Upload | tuple[str, str, bytes] | dict[str, Any]
@@ -142,7 +146,8 @@ class _StoredFile:
     filename: str
     content_type: str
     data: bytes
-    size: int
+    size: int  # the bytes served, streamed when more than data
+    chunked: bool = False  # streamed without a Content-Length
 
 
 @dataclass
@@ -221,7 +226,8 @@ class FakeDiscord(LoopbackServer):
         self.edits: list[dict[str, Any]] = []
         self.deleted: list[str] = []
         self.typing: list[str] = []
-        # Every GET of the attachment CDN route: attachment_id, channel_id, filename, url, status, at.
+        # Every GET of the attachment CDN route: attachment_id, channel_id, filename, url, status, at;
+        # a streamed one also "sent", the bytes written when it ended (the client gone or not).
         self.downloads: list[dict[str, Any]] = []
         self.upload_limit = UPLOAD_LIMIT  # total bytes of files per request; more → 413, code 40005
         self.gateway_connects: list[dict[str, str]] = []
@@ -644,11 +650,19 @@ class FakeDiscord(LoopbackServer):
 
     def _inbound_attachment(self, channel_id: str, upload: Upload) -> dict[str, Any]:
         size = len(upload.data) if upload.size is None else upload.size
-        if not upload.voice:
-            return self._new_attachment(channel_id, upload.filename, upload.content_type, upload.data, size)
-        waveform = base64.b64encode(_waveform(upload.data, upload.duration_secs)).decode()
-        extra = {"duration_secs": upload.duration_secs, "waveform": waveform}
-        return self._new_attachment(channel_id, upload.filename, "audio/ogg", upload.data, size, extra=extra)
+        extra: dict[str, Any] = {}
+        content_type = upload.content_type
+        if upload.voice:
+            waveform = base64.b64encode(_waveform(upload.data, upload.duration_secs)).decode()
+            extra = {"duration_secs": upload.duration_secs, "waveform": waveform}
+            content_type = "audio/ogg"
+        attachment = self._new_attachment(
+            channel_id, upload.filename, content_type, upload.data, size, extra=extra
+        )
+        stored = self._files[attachment["id"]]
+        stored.size = size if upload.served is None else upload.served
+        stored.chunked = upload.chunked
+        return attachment
 
     def _uploaded_attachments(
         self, channel_id: str, parts: list[_FilePart], described: Any
@@ -750,17 +764,30 @@ class FakeDiscord(LoopbackServer):
             record["status"] = 404
             return web.Response(status=404, text="This content is no longer available.")
         headers = {"Content-Type": stored.content_type}
-        if stored.size <= len(stored.data):
+        if stored.size <= len(stored.data) and not stored.chunked:
             return web.Response(body=stored.data[: stored.size], headers=headers)
         response = web.StreamResponse(headers=headers)
-        response.content_length = stored.size
-        await response.prepare(request)
-        await response.write(stored.data)
-        zeros, left = bytes(CDN_CHUNK), stored.size - len(stored.data)
-        while left > 0:
-            await response.write(zeros[: min(left, CDN_CHUNK)])
-            left -= CDN_CHUNK
-        await response.write_eof()
+        if stored.chunked:
+            response.enable_chunked_encoding()
+        else:
+            response.content_length = stored.size
+        record["sent"] = 0
+        try:
+            await response.prepare(request)
+            head = stored.data[: stored.size]
+            await response.write(head)
+            record["sent"] = len(head)
+            zeros = bytes(CDN_CHUNK)
+            while record["sent"] < stored.size:
+                chunk = zeros[: min(CDN_CHUNK, stored.size - record["sent"])]
+                await response.write(chunk)
+                record["sent"] += len(chunk)
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client stopped reading and closed the connection
+        finally:
+            record["done"] = True
+            self._notify()
         return response
 
     # -- gateway ---------------------------------------------------------------------------

@@ -25,6 +25,8 @@ FaultKind = Literal["429", "502", "drop", "400", "hang"]
 MAX_TEXT_UTF16 = 4096
 MAX_CAPTION_UTF16 = 1024
 MB = 1024 * 1024
+# What the download route writes at a time when it streams a file (serve()).
+FILE_CHUNK = 64 * 1024
 # getFile refuses a bigger file ("file is too big"): the cloud Bot API lets bots download up to 20 MB.
 MAX_DOWNLOAD_BYTES = 20 * MB
 # A multipart upload: photos up to 10 MB, anything else up to 50 MB.
@@ -187,6 +189,8 @@ class _StoredFile:
     file_name: str | None = None
     mime_type: str | None = None
     url: str | None = None  # sent by URL: Telegram would fetch it; the fake keeps the string
+    served: int | None = None  # serve(): bytes the download route streams, whatever file_size says
+    chunked: bool = False  # serve(): streamed without a Content-Length
 
     def fields(self) -> dict[str, Any]:
         """The file_id, file_unique_id and file_size every Bot API file object carries."""
@@ -387,6 +391,11 @@ class FakeTelegram(LoopbackServer):
       file is too big". GET {api_base}/file/bot{token}/{file_path} serves the bytes
       (application/octet-stream); a wrong token or unknown path → 404 "Not Found". Each file served is
       appended to `downloads` (its file_path). fail_next("file", kind) makes the next download fail.
+      Every GET of the route is in `download_requests` (its file_path) as it arrives, faults included.
+      serve(file_id, size=, chunked=) makes the route stream `size` bytes (the data padded with zero
+      bytes) whatever getFile said, without a Content-Length when chunked: a file that lies about its
+      size. `bytes_served[file_path]` is what the route had written when that download ended, the
+      client gone or not (so a test sees a download the bot stopped reading).
     * Uploads: sendPhoto, sendDocument, sendVoice and sendAudio take the file as a multipart part (the
       field itself or attach://name), a known file_id or an http(s) URL (kept as a string, no bytes).
       An upload part over MAX_UPLOAD_BYTES (50 MB) → 413 "Request Entity Too Large"; a photo over
@@ -442,6 +451,8 @@ class FakeTelegram(LoopbackServer):
         self._file_counter = 0
         # The file_path of every file served by the download route, in order.
         self.downloads: list[str] = []
+        self.download_requests: list[str] = []
+        self.bytes_served: dict[str, int] = {}
         # Every file the bot sent (sendPhoto, sendDocument, ...), with the uploaded bytes.
         self.sent_files: list[dict[str, Any]] = []
 
@@ -657,6 +668,13 @@ class FakeTelegram(LoopbackServer):
         stored = self._store("document", data, file_size=file_size, file_name=file_name, mime_type=mime_type)
         return stored.file_id
 
+    def serve(self, file_id: str, *, size: int | None = None, chunked: bool = False) -> str:
+        """Make the download route stream `size` bytes of the file (its data padded with zero bytes, or
+        cut), whatever getFile advertises, with no Content-Length when `chunked`; returns its file_path."""
+        stored = self._files[file_id]
+        stored.served, stored.chunked = size, chunked
+        return stored.file_path
+
     def _store(
         self,
         kind: str,
@@ -818,17 +836,49 @@ class FakeTelegram(LoopbackServer):
         try:
             if request.match_info["token"] != self.token:
                 raise TelegramApiError(404, "Not Found")
+            self.download_requests.append(request.match_info["file_path"])
+            self._notify()
             if (faulted := await self._injected_fault("file", request)) is not None:
                 return faulted
             stored = self._files_by_path.get(request.match_info["file_path"])
             if stored is None:
                 raise TelegramApiError(404, "Not Found")
             self.downloads.append(stored.file_path)
-            return web.Response(body=stored.data, content_type="application/octet-stream")
+            if stored.served is None and not stored.chunked:
+                self.bytes_served[stored.file_path] = len(stored.data)
+                return web.Response(body=stored.data, content_type="application/octet-stream")
+            return await self._stream_file(request, stored)
         except TelegramApiError as exc:
             return self._json(exc.code, exc.body())
         finally:
             self._notify()
+
+    async def _stream_file(self, request: web.Request, stored: _StoredFile) -> web.StreamResponse:
+        """A file as serve() set it, written a chunk at a time until it ends or the client goes."""
+        size = len(stored.data) if stored.served is None else stored.served
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        if stored.chunked:
+            response.enable_chunked_encoding()
+        else:
+            response.content_length = size
+        written = 0
+        try:
+            await response.prepare(request)
+            head = stored.data[:size]
+            await response.write(head)
+            written = len(head)
+            zeros = bytes(FILE_CHUNK)
+            while written < size:
+                chunk = zeros[: min(FILE_CHUNK, size - written)]
+                await response.write(chunk)
+                written += len(chunk)
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client stopped reading and closed the connection
+        finally:
+            self.bytes_served[stored.file_path] = written
+            self._notify()
+        return response
 
     def _handlers(self) -> Mapping[str, Callable[[dict[str, Any]], Any]]:
         return {

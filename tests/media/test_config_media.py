@@ -136,3 +136,10 @@ def test_the_stt_key_from_the_environment_is_redacted_in_the_printed_config(
 
 def test_the_stt_key_is_one_of_the_secrets_logs_hide() -> None:
     assert SECRET in set(secret_values(Settings(stt={"api_key": SECRET})))
+
+
+def test_a_transcript_is_cut_at_20000_characters_unless_the_key_says_otherwise(tmp_path: Path) -> None:
+    assert Settings().stt.max_transcript_chars == 20_000
+    assert Settings(stt={"max_transcript_chars": 500}).stt.max_transcript_chars == 500
+    message = config_error(tmp_path, "[stt]\nmax_transcript_chars = 10\n")
+    assert "max_transcript_chars" in message and "100" in message

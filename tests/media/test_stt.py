@@ -171,3 +171,32 @@ async def test_an_answer_without_text_is_a_media_error(
 def test_a_transcriber_needs_a_base_url() -> None:
     with pytest.raises(ValueError, match="base_url"):
         Transcriber(SttSettings())
+
+
+async def test_a_transcript_past_the_cap_is_cut_and_marked(fake: FakeOpenAI, make: MakeTranscriber) -> None:
+    fake.push_transcript("a" * 150, "b" * 100)
+    transcriber = make(max_transcript_chars=100)
+    cut = await transcriber.transcribe(VOICE, "voice.ogg", "audio/ogg")
+    whole = await transcriber.transcribe(VOICE, "voice.ogg", "audio/ogg")
+    assert cut == "a" * 100 + "\n[transcript cut at 100 characters]"
+    assert whole == "b" * 100
+
+
+async def test_an_answer_past_the_body_bound_keeps_what_it_has_of_the_text(
+    fake: FakeOpenAI, make: MakeTranscriber
+) -> None:
+    # 12 bytes of JSON per character (a surrogate pair, escaped): the body passes its bound, 100 *
+    # 12 + 64 KB, long before it ends, and what was read of the text is still the start of it.
+    escaped = b"\\ud83d\\ude00" * 200_000
+    fake.push_transcript(Reply(body=b'{"text": "' + escaped + b'"}'))
+    text = await make(max_transcript_chars=100).transcribe(VOICE, "voice.ogg", "audio/ogg")
+    assert text == "\U0001f600" * 100 + "\n[transcript cut at 100 characters]"
+
+
+async def test_an_endless_answer_without_text_is_read_only_up_to_its_bound(
+    fake: FakeOpenAI, make: MakeTranscriber
+) -> None:
+    fake.push_transcript(Reply(body=b"[" + b" " * (8 * 1024 * 1024)))
+    assert await failure(make(max_transcript_chars=100)) == (
+        "the transcription server sent more than 65.2 KB"
+    )

@@ -1,0 +1,38 @@
+"""Reading what a server sends with a limit: an attachment stops at [media] max_bytes + 1, whatever
+the server announced, so a file that claims 1 KB and streams 300 MB costs one chunk past the limit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable
+
+from bridge.errors import MediaError
+from bridge.media.model import megabytes
+
+# The size adapters ask their HTTP client for: small enough that stopping after the limit wastes
+# little, large enough that reading costs few iterations.
+CHUNK_BYTES = 64 * 1024
+
+
+def too_large(max_bytes: int) -> MediaError:
+    """An attachment past the limit while it was read (the user is told the limit, as at intake)."""
+    return MediaError(f"too large: over the limit of {megabytes(max_bytes)}")
+
+
+async def read_at_most(
+    chunks: AsyncIterable[bytes], max_bytes: int, *, announced: int | None = None
+) -> bytes:
+    """The chunks joined, when they come to at most max_bytes; `too_large` as soon as they pass it.
+
+    Reading stops at the chunk that passes the limit, and no more than max_bytes + 1 bytes are ever
+    kept: the caller closes the connection, so the rest is never received. `announced` (a
+    Content-Length) refuses at once when it is over the limit; under it, or missing, it is not
+    trusted, since a server may send more than it said.
+    """
+    if announced is not None and announced > max_bytes:
+        raise too_large(max_bytes)
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk[: max_bytes + 1 - len(body)]
+        if len(body) > max_bytes:
+            raise too_large(max_bytes)
+    return bytes(body)
