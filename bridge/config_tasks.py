@@ -37,8 +37,8 @@ class HookSettings(Section):
     """One [[hooks]] entry: `POST /hooks/<name>`, signed with its secret, answered in `deliver_to`."""
 
     name: str
-    # Signs each request's body (X-Bridge-Signature: sha256=HMAC-SHA256 hex), or is sent whole as a
-    # bearer token.
+    # Signs each request (X-Bridge-Signature: sha256=HMAC-SHA256 hex of '<X-Bridge-Timestamp>.<body>'),
+    # or is sent whole as a bearer token (which can be replayed).
     secret: SecretStr
     # The session key of the chat that receives each answer, under that chat's send policy.
     deliver_to: str
@@ -48,7 +48,8 @@ class HookSettings(Section):
     # hook:<name>, so each run sees the earlier events; or a hook:<id> key of your choosing.
     session: str = PER_EVENT
     # A field of the body that identifies the event (e.g. "id"): a second request with the same value
-    # is a redelivery and does nothing. The Idempotency-Key header does the same and comes first.
+    # is a redelivery and does nothing. Without it, an Idempotency-Key header inside the signature
+    # does the same; one outside it is ignored.
     id_field: str | None = None
     # A larger body is refused with 413 before anything is stored.
     max_body_bytes: int = Field(65_536, ge=64, le=10 * 1024 * 1024)
@@ -57,6 +58,13 @@ class HookSettings(Section):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
+    # A signed request's X-Bridge-Timestamp may be at most this many seconds from the server's clock
+    # (either way), and its signature is taken once within that window: older, newer or reused
+    # requests get 401.
+    max_age_s: int = Field(300, ge=1, le=86_400)
+    # false: a signature of the body alone, without X-Bridge-Timestamp, is taken too, as before that
+    # header existed. Such requests can be replayed by whoever saw one; only for senders not yet updated.
+    require_timestamp: bool = True
         if not _HOOK_NAME.match(value):
             raise ValueError(
                 f"{value!r} is not a hook name: a-z, 0-9, _ and - (up to 64), as in POST /hooks/<name>"

@@ -294,6 +294,8 @@ async def test_a_valid_hook_is_printed_with_its_secret_redacted(tmp_path: Path) 
         "prompt": "Deployed {{body.ref}} via {{hook}}",
         "session": "fixed",
         "id_field": "delivery.id",
+        "max_age_s": 300,
+        "require_timestamp": True,
         "max_body_bytes": 65536,
         "enabled": True,
     }

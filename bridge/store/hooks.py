@@ -1,4 +1,5 @@
-"""Webhook events (hook_events): stored before the request is answered, run once, their end recorded."""
+"""Webhook events (hook_events): stored before the request is answered, run once, their end recorded;
+and the signatures of timestamped requests (hook_signatures), each taken once."""
 
 from __future__ import annotations
 
@@ -32,6 +33,15 @@ class HookEvent:
     detail: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Nonce:
+    """A timestamped request's signature, taken once: until `expires_at` (its timestamp plus the
+    hook's max_age_s) a second request with it is a replay; after that its timestamp is too old."""
+
+    signature: str
+    expires_at: float
+
+
 _COLS = (
     "id, hook, event_key, session_key, deliver_to, prompt, received_at, state, run_id, started_at, "
     "ended_at, detail"
@@ -56,6 +66,24 @@ def _event(row: tuple[object, ...]) -> HookEvent:
     )
 
 
+def _add(
+    conn: Conn, hook: str, key: str | None, session_key: str, deliver_to: str, prompt: str, now: float
+) -> tuple[HookEvent, bool]:
+    row = conn.execute(
+        f"INSERT INTO hook_events (hook, event_key, session_key, deliver_to, prompt, received_at, "
+        f"state) VALUES (?, ?, ?, ?, ?, ?, 'pending') "
+        f"ON CONFLICT (hook, event_key) WHERE event_key IS NOT NULL DO NOTHING RETURNING {_COLS}",
+        (hook, key, session_key, deliver_to, prompt, now),
+    ).fetchone()
+    if row is not None:
+        return _event(row), True
+    earlier = conn.execute(
+        f"SELECT {_COLS} FROM hook_events WHERE hook = ? AND event_key = ?", (hook, key)
+    ).fetchone()
+    assert earlier is not None, "a conflicting hook event vanished in its own transaction"
+    return _event(earlier), False
+
+
 class HookTable(Database):
     """Webhook events. Stored once per (hook, event key) by the database's unique index, so two
     deliveries of one event at the same moment store it once; claimed by one conditional update."""
@@ -70,21 +98,36 @@ class HookTable(Database):
         now: float,
     ) -> tuple[HookEvent, bool]:
         """Store a new event; (the event, True), or (the one stored before with its key, False)."""
+        return await self._write(
+            lambda conn: _add(conn, hook, event_key, session_key, deliver_to, prompt, now)
+        )
 
-        def add(conn: Conn) -> tuple[HookEvent, bool]:
-            row = conn.execute(
-                f"INSERT INTO hook_events (hook, event_key, session_key, deliver_to, prompt, received_at, "
-                f"state) VALUES (?, ?, ?, ?, ?, ?, 'pending') "
-                f"ON CONFLICT (hook, event_key) WHERE event_key IS NOT NULL DO NOTHING RETURNING {_COLS}",
-                (hook, event_key, session_key, deliver_to, prompt, now),
-            ).fetchone()
-            if row is not None:
-                return _event(row), True
-            earlier = conn.execute(
-                f"SELECT {_COLS} FROM hook_events WHERE hook = ? AND event_key = ?", (hook, event_key)
-            ).fetchone()
-            assert earlier is not None, "a conflicting hook event vanished in its own transaction"
-            return _event(earlier), False
+    async def add_signed_hook_event(
+        self,
+        once: Nonce,
+        hook: str,
+        event_key: str | None,
+        session_key: str,
+        deliver_to: str,
+        prompt: str,
+        now: float,
+    ) -> tuple[HookEvent, bool] | None:
+        """As add_hook_event, for a request whose signature is taken once: None (nothing stored) when
+        the signature was taken before and has not expired, a replay. The signature and the event are
+        one transaction, so a request the database could not store may be sent again as it was, and
+        two copies sent at once, to two workers, are taken once."""
+
+        def add(conn: Conn) -> tuple[HookEvent, bool] | None:
+            # Expired signatures go as new ones come, by the index on expires_at: no sweep to run.
+            conn.execute("DELETE FROM hook_signatures WHERE expires_at < ?", (now,))
+            taken = conn.execute(
+                "INSERT INTO hook_signatures (hook, signature, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (hook, signature) DO NOTHING",
+                (hook, once.signature, once.expires_at),
+            )
+            if taken.rowcount != 1:
+                return None
+            return _add(conn, hook, event_key, session_key, deliver_to, prompt, now)
 
         return await self._write(add)
 

@@ -305,6 +305,17 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE tasks ADD COLUMN maker TEXT;
     CREATE INDEX tasks_by_maker ON tasks (chat_key, maker) WHERE state IN ('active', 'paused');
     """,
+    # 15: a timestamped webhook request's signature is taken once, by every worker alike: a copy sent
+    # again within the hook's max_age_s finds it here and gets 401. Kept until its timestamp expires.
+    """
+    CREATE TABLE hook_signatures (
+        hook       TEXT NOT NULL,
+        signature  TEXT NOT NULL,
+        expires_at REAL NOT NULL,
+        PRIMARY KEY (hook, signature)
+    );
+    CREATE INDEX hook_signatures_expiry ON hook_signatures (expires_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -20,7 +20,7 @@ from adapters.telegram_updates import SECRET_HEADER
 from bridge.events import Route
 from bridge.store.sqlite import SQLiteStore
 from bridge.store.tasks import TaskRow
-from bridge.tasks.hooks import signature
+from bridge.tasks.hooks import TIMESTAMP_HEADER, signature
 from tests.adapters.conftest import GROUP, OWNER, RigFactory
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -256,14 +256,19 @@ async def deliver(port: int, message: dict[str, Any]) -> None:
         assert sent.status_code == 200, sent.text
 
 
-async def post_hook(port: int, body: dict[str, Any], secret: str = SECRET) -> httpx.Response:
+async def post_hook(
+    port: int, body: dict[str, Any], secret: str = SECRET, at: float | None = None
+) -> httpx.Response:
+    """A sender's request, signed over '<timestamp>.<body>' with the timestamp `at` (default now)."""
     raw = json.dumps(body).encode()
+    stamp = int(time.time() if at is None else at)
+    headers = {
+        "X-Bridge-Signature": signature(secret, raw, stamp),
+        TIMESTAMP_HEADER: str(stamp),
+        "Content-Type": "application/json",
+    }
     async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
-        return await client.post(
-            f"http://127.0.0.1:{port}/hooks/deploys",
-            content=raw,
-            headers={"X-Bridge-Signature": signature(secret, raw), "Content-Type": "application/json"},
-        )
+        return await client.post(f"http://127.0.0.1:{port}/hooks/deploys", content=raw, headers=headers)
 
 
 async def test_a_signed_webhook_is_answered_in_a_telegram_group_once_and_a_bad_one_is_refused(
@@ -276,10 +281,14 @@ async def test_a_signed_webhook_is_answered_in_a_telegram_group_once_and_a_bad_o
             await tg.wait_for(lambda: tg.webhook is not None, timeout=30)
             refused = await post_hook(port, {"id": 1, "app": "shop", "status": "green"}, secret="x" * 20)
             assert refused.status_code == 401
-            accepted = await post_hook(port, {"id": 1, "app": "shop", "status": "green"})
+            signed_at = time.time()
+            accepted = await post_hook(port, {"id": 1, "app": "shop", "status": "green"}, at=signed_at)
             assert accepted.status_code == 202, accepted.text
             await tg.wait_for(lambda: len(tg.messages_in(GROUP)) == 1, timeout=30)
-            again = await post_hook(port, {"id": 1, "app": "shop", "status": "green"})
+            # The same request sent again as it was is a replay; signed again, a redelivery.
+            replayed = await post_hook(port, {"id": 1, "app": "shop", "status": "green"}, at=signed_at)
+            assert replayed.status_code == 401
+            again = await post_hook(port, {"id": 1, "app": "shop", "status": "green"}, at=signed_at - 1)
             assert again.status_code == 200 and again.json()["status"] == "duplicate"
             assert (await post_hook(port, {"id": 2, "app": "shop", "status": "red"})).status_code == 202
             await tg.wait_for(lambda: len(tg.messages_in(GROUP)) == 2, timeout=30)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +18,13 @@ import pytest
 from bridge.events import Inbound
 from bridge.sessions.keys import kind
 from bridge.store.hooks import HOOK_STATES, HookEvent
-from bridge.tasks.hooks import EVENTS_PER_PASS, HookService, signature
+from bridge.tasks.hooks import (
+    EVENTS_PER_PASS,
+    IDEMPOTENCY_HEADER,
+    TIMESTAMP_HEADER,
+    HookService,
+    signature,
+)
 from tests.fakes.openai_server import FakeOpenAI, Reply, http_error, text
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of
@@ -53,9 +60,17 @@ async def hooked(
             yield harness, client
 
 
-def signed(body: Any, secret: str = SECRET, **headers: str) -> dict[str, Any]:
+def signed(
+    body: Any, secret: str = SECRET, *, at: float | None = None, key: str | None = None, **headers: str
+) -> dict[str, Any]:
+    """httpx arguments of a request signed as a sender does: over '<timestamp>.<body>' (now, or `at`),
+    or '<timestamp>.<key>.<body>' with the key sent as the Idempotency-Key header."""
     raw = json.dumps(body).encode()
-    return {"content": raw, "headers": {"X-Bridge-Signature": signature(secret, raw), **headers}}
+    stamp = int(time.time() if at is None else at)
+    sent = {TIMESTAMP_HEADER: str(stamp), "X-Bridge-Signature": signature(secret, raw, stamp, key)}
+    if key is not None:
+        sent[IDEMPOTENCY_HEADER] = key
+    return {"content": raw, "headers": {**sent, **headers}}
 
 
 async def answered(harness: Harness) -> int:
@@ -108,11 +123,14 @@ async def test_a_redelivered_event_is_a_no_op(tmp_path: Path) -> None:
         assert (await client.post("/hooks/deploys", **signed(body))).status_code == 202
         llm.push(text("Deployed."))
         assert await answered(harness) == 1
-        again = await client.post("/hooks/deploys", **signed(body))
+        # The sender's retry, signed again: a request sent twice as it was is a replay (see
+        # test_hook_replay.py).
+        again = await client.post("/hooks/deploys", **signed(body, at=time.time() - 2))
         assert again.status_code == 200 and again.json()["status"] == "duplicate"
         assert again.json()["state"] == "ok"
-        # The Idempotency-Key header names an event as well, before the body's id field.
-        keyed = signed({"id": "other"}, **{"Idempotency-Key": "evt-1"})
+        # With an id field, the body's id names the event, whatever Idempotency-Key is sent, signed
+        # or not.
+        keyed = signed(body, at=time.time() - 1, key="another-key")
         assert (await client.post("/hooks/deploys", **keyed)).json()["status"] == "duplicate"
         assert await answered(harness) == 0
         assert len(await events(harness)) == 1
@@ -122,7 +140,9 @@ async def test_a_redelivered_event_is_a_no_op(tmp_path: Path) -> None:
 async def test_two_deliveries_of_one_event_at_once_store_and_run_it_once(tmp_path: Path) -> None:
     async with FakeOpenAI() as llm, hooked(tmp_path, llm) as (harness, client):
         body = {"id": "same", "app": "shop", "status": "green"}
-        answers = await asyncio.gather(*(client.post("/hooks/deploys", **signed(body)) for _ in range(6)))
+        # Six signings (each a second apart, so six signatures) of one event, as a sender's retries.
+        tries = [signed(body, at=time.time() - n) for n in range(6)]
+        answers = await asyncio.gather(*(client.post("/hooks/deploys", **one) for one in tries))
         assert sorted(a.status_code for a in answers) == [200] * 5 + [202]
         llm.push(text("Once."))
         await answered(harness)
@@ -178,7 +198,8 @@ async def test_a_body_over_the_cap_is_refused_with_413_even_without_a_length(tmp
 async def test_malformed_requests_get_clear_errors_and_store_nothing(tmp_path: Path) -> None:
     async with FakeOpenAI() as llm, hooked(tmp_path, llm) as (harness, client):
         not_json = b"{not json"
-        headers = {"X-Bridge-Signature": signature(SECRET, not_json)}
+        stamp = int(time.time())
+        headers = {"X-Bridge-Signature": signature(SECRET, not_json, stamp), TIMESTAMP_HEADER: str(stamp)}
         bad = await client.post("/hooks/deploys", content=not_json, headers=headers)
         assert bad.status_code == 400 and "not JSON" in bad.json()["detail"]
         unknown = await client.post("/hooks/nope", **signed({"id": 1}))
@@ -277,6 +298,7 @@ async def test_at_start_events_a_crash_left_are_run_once_or_settled_never_run_tw
             channel="hook",
             run_id="r-done",
             deliver_to=GROUP_KEY,
+            authority=harness.bridge.authorities.for_hook("deploys", GROUP_KEY),
         )
         assert await store.claim_hook_event(cut.id, "r-cut", 0.0)
         session = await store.ensure_active_session(cut.session_key)
