@@ -7,15 +7,17 @@ import hmac
 import logging
 import os
 import secrets
+import unicodedata
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from bridge.config import Settings
+from bridge.http.throttle import WrongTokens
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +32,9 @@ OPEN_PREFIX = "/static/"
 # secret (bridge.http.hooks): the admin token must not be handed to them.
 SELF_GUARDED_PREFIX = "/hooks/"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# A wrong token costs its sender this long: cheap for a person, slow for a guesser.
-WRONG_TOKEN_DELAY_S = 0.5
+# How many times a redirect target is percent-decoded while looking for a way off this server; a
+# target still encoded after that is refused.
+DECODE_ROUNDS = 3
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -70,12 +73,14 @@ def read_token(settings: Settings) -> str | None:
 
 class AdminAuth:
     """Checks a request's credentials. The cookie holds an HMAC of the token, never the token, and
-    the CSRF value is another: both change when the token does, which logs every browser out."""
+    the CSRF value is another: both change when the token does, which logs every browser out.
+    Wrong tokens, as a bearer header or at the login form, are counted in `wrong` (bridge.http.throttle)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, wrong: WrongTokens | None = None) -> None:
         self._token = token.encode()
         self.session = self._derive("session")
         self.csrf = self._derive("csrf")
+        self.wrong = wrong or WrongTokens()
 
     def _derive(self, purpose: str) -> str:
         return hmac.new(self._token, f"bridge-admin-{purpose}".encode(), hashlib.sha256).hexdigest()
@@ -83,11 +88,19 @@ class AdminAuth:
     def token_ok(self, given: str) -> bool:
         return hmac.compare_digest(given.strip().encode(), self._token)
 
-    def who(self, request: web.Request) -> Literal["bearer", "cookie"] | None:
+    def who(self, request: web.Request) -> Literal["bearer", "cookie"] | int | None:
+        """How the request is authenticated; None: it is not; a number: a locked-out client's bearer
+        header, not checked, and the seconds to wait (see bridge.http.throttle)."""
         header = request.headers.get("Authorization", "")
         scheme, _, value = header.partition(" ")
-        if scheme.lower() == "bearer" and value and self.token_ok(value):
-            return "bearer"
+        if scheme.lower() == "bearer" and value:
+            client = client_address(request)
+            wait = self.wrong.wait_s(client)
+            if wait is not None:
+                return wait
+            if self.token_ok(value):
+                return "bearer"
+            self.wrong.failed(client)
         cookie = request.cookies.get(COOKIE, "")
         if cookie and hmac.compare_digest(cookie.encode(), self.session.encode()):
             return "cookie"
@@ -112,9 +125,11 @@ class AdminAuth:
             ):
                 return await handler(request)
             who = self.who(request)
+            if isinstance(who, int):
+                return too_many(who)
             if who is None:
                 if request.method in SAFE_METHODS and "text/html" in request.headers.get("Accept", ""):
-                    raise web.HTTPSeeOther(f"/login?next={request.path_qs}")
+                    raise web.HTTPSeeOther("/login?next=" + quote(request.raw_path, safe="/"))
                 return web.json_response(
                     {
                         "error": "unauthorized",
@@ -142,8 +157,48 @@ def same_origin(request: web.Request) -> bool:
     return urlsplit(claimed).netloc == request.host
 
 
+def client_address(request: web.Request) -> str:
+    """Whom wrong tokens are counted against: the peer's address (a proxy in front counts as one)."""
+    return request.remote or "unknown"
+
+
+def too_many(wait_s: int) -> web.Response:
+    """The answer to a locked-out client's token, bearer or API (the login form renders its own)."""
+    return web.json_response(
+        {
+            "error": "too_many_wrong_tokens",
+            "detail": f"too many wrong tokens from this address lately; try again in {wait_s} s",
+        },
+        status=429,
+        headers={"Retry-After": str(wait_s)},
+    )
+
+
 def local_path(target: str) -> str:
-    """A redirect target after login that stays on this server."""
+    """A redirect target after login that stays on this server: a path of it, else "/".
+
+    A browser reads a Location more loosely than urllib: it drops tabs and newlines anywhere and
+    spaces and control characters at the ends, and takes a backslash for a slash, so
+    `/<TAB>/evil.example` reaches it as `//evil.example`, another host. So a target with any control
+    or space character, a backslash, a scheme or a host, or a start of `//`, is refused outright (not
+    cleaned up), in the form given and in each percent-decoding of it.
+    """
+    form = target
+    for _ in range(DECODE_ROUNDS):
+        if not _a_plain_path(form):
+            return "/"
+        decoded = unquote(form)
+        if decoded == form:
+            return target
+        form = decoded
+    return "/"  # still encoded after DECODE_ROUNDS: nothing a page of ours would link to
+
+
+def _a_plain_path(target: str) -> bool:
     if not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
-    return target
+        return False
+    # Cc (controls, tab and newline among them), Cf (invisible format characters), Zs/Zl/Zp (spaces).
+    if any(unicodedata.category(ch)[0] in "CZ" for ch in target):
+        return False
+    parts = urlsplit(target)
+    return not parts.scheme and not parts.netloc

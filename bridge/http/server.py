@@ -15,9 +15,9 @@ from bridge.errors import ConfigError
 from bridge.http.api import AdminApi
 from bridge.http.auth import (
     COOKIE,
-    WRONG_TOKEN_DELAY_S,
     AdminAuth,
     admin_token,
+    client_address,
     local_path,
     same_origin,
 )
@@ -27,6 +27,7 @@ from bridge.http.pages import Pages
 from bridge.http.pairing_api import PairingApi
 from bridge.http.policy_edit import PolicyEditor
 from bridge.metrics import CONTENT_TYPE_LATEST
+from bridge.serving import ConnectionLimits, LimitedServer
 
 if TYPE_CHECKING:
     from bridge.app import Bridge
@@ -62,7 +63,7 @@ class AdminServer:
         token, self.token_path = admin_token(settings)
         self.auth = AdminAuth(token)
         self.pages = Pages(settings.agent.timezone)
-        self._runner: web.AppRunner | None = None
+        self._server: LimitedServer | None = None
 
     @property
     def url(self) -> str:
@@ -86,28 +87,37 @@ class AdminServer:
                 app.router.add_route(method, path, handler)
         return app
 
+    @property
+    def open_connections(self) -> int:
+        return self._server.open_connections if self._server is not None else 0
+
     async def start(self) -> None:
         cfg = self.settings.admin
-        # No access log: a line per scrape or health check would drown the log. A short shutdown:
-        # an open event stream must not hold a stopping bridge past its grace period.
-        runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=STOP_TIMEOUT_S)
-        await runner.setup()
+        # A short shutdown: an open event stream must not hold a stopping bridge past its grace period.
+        server = LimitedServer(
+            self.app(),
+            listen=cfg.listen,
+            port=cfg.port,
+            limits=ConnectionLimits(cfg.max_connections, cfg.header_timeout_s),
+            name="admin server",
+            remedy="[admin] max_connections",
+            shutdown_timeout=STOP_TIMEOUT_S,
+        )
         try:
-            await web.TCPSite(runner, cfg.listen, cfg.port).start()
+            await server.start()
         except OSError as exc:
-            await runner.cleanup()
             raise ConfigError(
                 f"Can't listen on {cfg.listen}:{cfg.port} for the admin server ({exc.strerror or exc})",
                 remedy="set [admin] port to a free port, or [admin] enabled = false",
             ) from None
-        self._runner = runner
+        self._server = server
         where = f"; token in {self.token_path}" if self.token_path else ""
         log.info("admin server on %s (`bridge admin` prints how to log in%s)", self.url, where)
 
     async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop()
 
     # ------------------------------------------------------------------ health
 
@@ -149,11 +159,17 @@ class AdminServer:
 
     # ------------------------------------------------------------------ pages
 
-    async def login_form(self, request: web.Request, *, wrong: bool = False) -> web.Response:
+    async def login_form(
+        self, request: web.Request, *, wrong: bool = False, wait: int | None = None
+    ) -> web.Response:
         target = local_path(request.query.get("next", "/"))
-        return self.pages.render(
-            "login.html", status=401 if wrong else 200, page="login", csrf="", target=target, wrong=wrong
+        status = 429 if wait is not None else 401 if wrong else 200
+        page = self.pages.render(
+            "login.html", status=status, page="login", csrf="", target=target, wrong=wrong, wait=wait
         )
+        if wait is not None:
+            page.headers["Retry-After"] = str(wait)
+        return page
 
     async def login(self, request: web.Request) -> web.Response:
         if not same_origin(request):
@@ -161,8 +177,13 @@ class AdminServer:
                 {"error": "csrf", "detail": "log in from this server's own form"}, status=403
             )
         form = await request.post()
+        # A locked-out client's token is not checked, right or wrong (bridge.http.throttle).
+        client = client_address(request)
+        wait = self.auth.wrong.wait_s(client)
+        if wait is not None:
+            return await self.login_form(request, wait=wait)
         if not self.auth.token_ok(str(form.get("token", ""))):
-            await asyncio.sleep(WRONG_TOKEN_DELAY_S)
+            self.auth.wrong.failed(client)
             return await self.login_form(request, wrong=True)
         response = web.HTTPSeeOther(local_path(str(form.get("next", "/"))))
         response.set_cookie(
