@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import re
-import secrets
 import warnings
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -104,6 +105,14 @@ def _classify(exc: BaseException) -> Verdict:
     return RETRY if isinstance(exc, NetworkError) else GIVE_UP
 
 
+def webhook_secret_of(token: str) -> str:
+    """The webhook's secret where [telegram] webhook_secret is not set: derived from the bot token, so
+    every worker of one bot registers the same one. (Each drew its own at random, Telegram kept the
+    last registered, and the other workers answered 403: 24 of 40 updates refused.) An HMAC, so it
+    tells nothing of the token; hex, within Telegram's A-Z, a-z, 0-9, _, - and 1-256 characters."""
+    return hmac.new(token.encode(), b"bridge: telegram webhook secret", hashlib.sha256).hexdigest()
+
+
 class TelegramAdapter:
     """One bot: long polling (or a webhook) in, Bot API calls out."""
 
@@ -199,7 +208,7 @@ class TelegramAdapter:
     async def _start_webhook(self, bot: IntakeBot, intake: Intake) -> None:
         cfg = self.settings
         assert cfg.webhook_url is not None
-        secret = cfg.webhook_secret.get_secret_value() or secrets.token_urlsafe(32)
+        secret = cfg.webhook_secret.get_secret_value() or webhook_secret_of(cfg.token.get_secret_value())
         path = urlparse(cfg.webhook_url).path or "/"
         server = WebhookServer(
             intake,

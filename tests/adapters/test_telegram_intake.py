@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from adapters.telegram import TelegramAdapter
+from adapters.telegram import TelegramAdapter, webhook_secret_of
 from adapters.telegram_updates import BACKOFF_BASE_S, SECRET_HEADER
 from bridge.config import TelegramSettings
 from bridge.errors import AdapterStartError, IntakeUnavailable
@@ -351,6 +352,32 @@ async def test_a_port_already_in_use_is_one_clear_start_error(tg: FakeTelegram) 
         with pytest.raises(AdapterStartError, match="Can't listen on"):
             await second.start(Recorder())
         await second.stop()
+
+
+async def test_workers_of_one_bot_register_one_default_secret_so_either_takes_telegrams_updates(
+    tg: FakeTelegram,
+) -> None:
+    """Issue 30, break 5: with no webhook_secret set, each worker drew its own; Telegram keeps the last
+    one registered, so the others answered 403. Now it is derived from the token: the same in each."""
+    cores = [Recorder(), Recorder()]
+    settings = [webhook_settings(secret="") for _ in cores]
+    async with (
+        running(tg, cores[0], **settings[0]),
+        running(tg, cores[1], **settings[1]),
+        aiohttp.ClientSession() as http,
+    ):
+        registered = [params["secret_token"] for method, params in tg.calls if method == "setwebhook"]
+        assert len(registered) == 2 and registered[0] == registered[1]
+        secret = registered[0]
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret) and tg.token not in secret
+        # Telegram sends each update with the secret it kept, to whichever worker the proxy picks.
+        for n, (hook, core) in enumerate(zip(settings, cores, strict=True)):
+            update = update_for(tg, OWNER, f"to worker {n}", 900_100 + n)
+            async with http.post(hook["webhook_url"], json=update, headers={SECRET_HEADER: secret}) as answer:
+                assert answer.status == 200
+            assert core.stored == [f"to worker {n}"]
+    # Another bot's token gives another secret.
+    assert webhook_secret_of(tg.token) == secret != webhook_secret_of(tg.token + "x")
 
 
 # -- outbound pieces --------------------------------------------------------------------------
