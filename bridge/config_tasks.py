@@ -51,13 +51,6 @@ class HookSettings(Section):
     # is a redelivery and does nothing. Without it, an Idempotency-Key header inside the signature
     # does the same; one outside it is ignored.
     id_field: str | None = None
-    # A larger body is refused with 413 before anything is stored.
-    max_body_bytes: int = Field(65_536, ge=64, le=10 * 1024 * 1024)
-    enabled: bool = True
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
     # A signed request's X-Bridge-Timestamp may be at most this many seconds from the server's clock
     # (either way), and its signature is taken once within that window: older, newer or reused
     # requests get 401.
@@ -65,6 +58,13 @@ class HookSettings(Section):
     # false: a signature of the body alone, without X-Bridge-Timestamp, is taken too, as before that
     # header existed. Such requests can be replayed by whoever saw one; only for senders not yet updated.
     require_timestamp: bool = True
+    # A larger body is refused with 413 before anything is stored.
+    max_body_bytes: int = Field(65_536, ge=64, le=10 * 1024 * 1024)
+    enabled: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
         if not _HOOK_NAME.match(value):
             raise ValueError(
                 f"{value!r} is not a hook name: a-z, 0-9, _ and - (up to 64), as in POST /hooks/<name>"
