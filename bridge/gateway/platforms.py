@@ -68,7 +68,10 @@ async def start_shared(
             started.append(adapter)
         lock = platform_lock(name, settings)
         what = f"the {holding(name, settings)} connection"
-        if await bridge.store.engine.claim(lock):
+        # Listening at once is safe only where no other worker could be listening: a worker cut off
+        # from the database has lost the lock but polls until it sees that (bridge.store.claims).
+        # Otherwise this worker takes the lock as a standby does, grace included, in the background.
+        if await _alone(bridge) and await bridge.store.engine.claim(lock):
             await _listen(bridge, adapter, lock, started)
             listening.append(holding(name, settings))
         else:
@@ -94,7 +97,7 @@ async def _take_over(
     """Stand by for a connection another worker listens on, and listen once it has ended."""
     while True:
         try:
-            claimed = await bridge.store.claim_worker(standby=stop, name=lock, what=what)
+            claimed = await bridge.store.claim_worker(standby=stop, name=lock, what=what, fresh_grace=True)
             break
         except StoreError as exc:
             # The database is out of reach (a restart): standing by is still this worker's job, or
@@ -116,6 +119,19 @@ async def _take_over(
         return
     holds = bridge.presence.holds
     await bridge.presence.update("active", f"{holds}, {holding(name, bridge.settings)}")
+
+
+async def _alone(bridge: Bridge) -> bool:
+    """Whether no other worker is registered on the database. A worker's row is written before it
+    claims anything and removed only after it stopped listening, or by the sweep of a worker that
+    stays listed, once it died: with none, nobody can be listening; with one, it may be a listener
+    cut off from the database, still polling until it sees that."""
+    try:
+        workers = await bridge.store.workers()
+    except StoreError as exc:
+        log.warning("cannot list the other workers (%s); waiting as if one were listening", exc)
+        return False
+    return all(row.id == bridge.presence.id for row in workers)
 
 
 async def _listen(bridge: Bridge, adapter: GuardedAdapter, lock: str, started: list[GuardedAdapter]) -> None:

@@ -19,11 +19,26 @@ WORKER_CLAIM = "bridge.worker"
 # (plus TAKEOVER_GRACE_S and its start-up), inside the 15 s that platforms may go unpolled.
 STANDBY_POLL_S = 2.0
 # The active process checks its claim this often, and stops once it could not confirm it for
-# CLAIM_LOST_AFTER_S; a standby that takes the claim waits TAKEOVER_GRACE_S (longer) before it
+# CLAIM_LOST_AFTER_S; a process that takes the claim waits TAKEOVER_GRACE_S (longer) before it
 # starts, so the two never run at once.
 CLAIM_CHECK_S = 0.5
 CLAIM_LOST_AFTER_S = 1.5
 TAKEOVER_GRACE_S = 5.0
+# Why two processes never poll (or answer) at once, with these numbers:
+# - The lock is held by the claim connection, so it is free only once that connection has ended
+#   (a kill, a server restart, a cut network, a terminated backend): at t_free. The holder's last
+#   confirmation (a round trip on that connection, in watch_claim) came before: t_c <= t_free.
+# - The holder checks again at most CLAIM_CHECK_S after each check ends, and a check lasts at most
+#   max(what is left of CLAIM_LOST_AFTER_S, CLAIM_CHECK_S): a dead connection fails at once, a hung
+#   one (a silent network) is given up. The first check that ends CLAIM_LOST_AFTER_S or more after
+#   t_c calls `lost`, which in `bridge run` ends the process at once (os._exit: its long poll's
+#   connection is closed by the kernel). So it has stopped polling by
+#   t_c + CLAIM_LOST_AFTER_S + 2 * CLAIM_CHECK_S = t_c + 2.5 s (1.5 + 0.5 of sleep + 0.5 of check).
+# - Any other process takes the lock at t >= t_free >= t_c, and whether it stood by or has just
+#   started, waits TAKEOVER_GRACE_S before it listens (a fresh start skips the wait only where no
+#   other worker is registered on the database, so nothing can be listening: platforms.py), then
+#   confirms it still holds the lock: it starts at t_c + 5 s or later. 2.5 s to spare, for a slow
+#   event loop in the process that stops.
 
 
 class WorkerClaim(Database):
@@ -38,6 +53,7 @@ class WorkerClaim(Database):
         name: str = WORKER_CLAIM,
         what: str = "",
         shared: bool = False,
+        fresh_grace: bool = False,
     ) -> bool:
         """Make this process the one that answers on the database: True once it is.
 
@@ -50,34 +66,62 @@ class WorkerClaim(Database):
         `name` claims something narrower than the whole database, `what` (a platform's connection,
         where workers share the runs): the same standing by and taking over, for that one thing.
         `shared`: workers that share the runs hold the database together, while a `bridge chat`,
-        which would abort their runs as its own at start, holds it alone.
+        which would abort their runs as its own at start, holds it alone. `fresh_grace` (with
+        `standby`): a claim granted at once is waited on too, as a standby's is, since the one that
+        held it until just now may be cut off from the database and not yet stopped.
         """
         what = what or self.engine.label
         if await self.engine.claim(name, shared=shared):
-            return True
-        if standby is None:
+            if not fresh_grace or standby is None:
+                return True
+            log.info(
+                "waiting %g s before taking %s: a worker that held it until just now may still be stopping",
+                TAKEOVER_GRACE_S,
+                what,
+            )
+            granted = await self._grace(name, standby, what)
+            if granted is not None:
+                return granted
+        elif standby is None:
             raise StoreError(
                 f"another Bridge process is already running on {self.engine.label}",
                 remedy="stop it first: one `bridge chat` per database, or run `bridge run` to stand by",
             )
-        log.warning(
-            "standing by: another Bridge process is running on %s; this one takes over when it ends",
-            what,
-        )
+        else:
+            log.warning(
+                "standing by: another Bridge process is running on %s; this one takes over when it ends",
+                what,
+            )
         while not standby.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(standby.wait(), STANDBY_POLL_S)
             if not standby.is_set() and await self._try_claim(name, shared=shared):
-                # The other process may be alive and merely cut off from the database (a server
-                # restart): it sees that within CLAIM_LOST_AFTER_S and stops. Wait for that first,
-                # so two processes never poll or answer at once.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(standby.wait(), TAKEOVER_GRACE_S)
-                if standby.is_set():
-                    return False
-                log.warning("taking over: the other process on %s has ended", what)
-                return True
+                granted = await self._grace(name, standby, what)
+                if granted is not None:
+                    return granted
         return False
+
+    async def _grace(self, name: str, standby: asyncio.Event, what: str) -> bool | None:
+        """Just after taking `name`: wait TAKEOVER_GRACE_S, then True if this process still holds it
+        (it takes over), False if `standby` was set meanwhile, None if it was lost meanwhile (stand by
+        again)."""
+        # The other process may be alive and merely cut off from the database (a server restart, a
+        # cut network): it stops within CLAIM_LOST_AFTER_S and a check or two (see the constants).
+        # Wait for that first, so two processes never poll or answer at once.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(standby.wait(), TAKEOVER_GRACE_S)
+        if standby.is_set():
+            return False
+        try:
+            held = await self.engine.holds(name)
+        except StoreError:
+            held = False
+        if not held:
+            # Its connection dropped while it waited: the other process may have taken it back.
+            log.warning("lost %s while waiting to take it over; standing by again", what)
+            return None
+        log.warning("taking over: the other process on %s has ended", what)
+        return True
 
     async def watch_claim(
         self, lost: Callable[[], object], name: str = WORKER_CLAIM, *, shared: bool = False
@@ -88,15 +132,29 @@ class WorkerClaim(Database):
         confirmed = time.monotonic()
         while True:
             await asyncio.sleep(CLAIM_CHECK_S)
-            if await self.engine.holds(name):
+            left = confirmed + CLAIM_LOST_AFTER_S - time.monotonic()
+            try:
+                # Bounded: a check hung on a silent network must not keep this process going past
+                # the time a taker waits (see TAKEOVER_GRACE_S).
+                async with asyncio.timeout(max(left, CLAIM_CHECK_S)):
+                    held = await self._confirm(name, shared=shared)
+            except TimeoutError:
+                held = False
+            if held:
                 confirmed = time.monotonic()
-            elif await self._try_claim(name, shared=shared):
-                log.warning("took the claim on %s back after its connection dropped", self.engine.label)
-                confirmed = time.monotonic()
-            elif time.monotonic() - confirmed > CLAIM_LOST_AFTER_S:
+            elif time.monotonic() - confirmed >= CLAIM_LOST_AFTER_S:
                 log.error("lost the claim on %s; stopping at once", self.engine.label)
                 lost()
                 return
+
+    async def _confirm(self, name: str, *, shared: bool) -> bool:
+        """Whether this process holds `name`: still, or again (its connection died, nobody took it)."""
+        if await self.engine.holds(name):
+            return True
+        if await self._try_claim(name, shared=shared):
+            log.warning("took the claim on %s back after its connection dropped", self.engine.label)
+            return True
+        return False
 
     async def _try_claim(self, name: str, *, shared: bool = False) -> bool:
         try:

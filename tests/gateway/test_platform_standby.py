@@ -22,7 +22,9 @@ class Store:
     calls: int = 0
     watched: list[str] = field(default_factory=list)
 
-    async def claim_worker(self, *, standby: asyncio.Event, name: str, what: str) -> bool:
+    async def claim_worker(
+        self, *, standby: asyncio.Event, name: str, what: str, fresh_grace: bool = False
+    ) -> bool:
         self.calls += 1
         if self.calls <= self.down_for:
             raise StoreError("connection refused")
