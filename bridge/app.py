@@ -108,6 +108,8 @@ class Bridge:
         self.pairing = Pairing(self.store, delivery=self.delivery)
         self.access = AccessPolicy.from_settings(settings, owners, paired=self.pairing.is_paired)
         self.runner = AgentRunner(settings, self.store, self.registry, self.provider, self.profiles)
+        # One idea of who the owners are for every run's authority (the console's included).
+        self.authorities = self.runner.authorities = self.sessions.authorities
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
         # Runs nobody typed: scheduled tasks (the scheduled_tasks tools make them) and webhook events
@@ -115,6 +117,7 @@ class Bridge:
         self.headless = Headless(self.store, self.runner, self.lanes, self.delivery)
         self.tasks = TaskService(settings, self.store, self.headless)
         self.hooks = HookService(settings, self.store, self.headless)
+        self.tasks.authorities = self.hooks.authorities = self.authorities
         self.runner.tasks = self.tasks
         self.metrics = Metrics()
         self.runner.metrics = self.metrics

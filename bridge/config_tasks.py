@@ -31,6 +31,13 @@ class TasksSettings(Section):
     max_per_chat: int = Field(20, ge=0, le=1000)
     # Consecutive failed firings after which a task is paused (and its chat told).
     pause_after_failures: int = Field(3, ge=1, le=100)
+    # In a shared chat, tasks waiting that one member (not an owner) may have made there.
+    max_per_member: int = Field(3, ge=0, le=1000)
+    # Whether members may make recurring tasks in a shared chat (owners always may); off, so nobody
+    # but an owner can make the bot post in a group on a schedule.
+    members_recurring: bool = False
+    # The shortest gap between two firings of a member's recurring task, in seconds.
+    member_min_interval_s: float = Field(900.0, ge=60)
 
 
 class HookSettings(Section):

@@ -31,6 +31,7 @@ from bridge.logs import redactor
 from bridge.media.blobs import MediaStore, media_root
 from bridge.media.parts import ImageReader
 from bridge.metrics import Metrics
+from bridge.sessions.authority import Authorities, Authority
 from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store
 from bridge.store.sqlite import new_id
 from bridge.text import scrub
@@ -70,6 +71,8 @@ class AgentRunner:
         # The default profile's provider ([llm]); a chat switched with /model runs on its profile's.
         self.provider = provider
         self.profiles = profiles or Profiles(settings.llm, registry, provider)
+        # Who the owners are, for the authority of chat runs (the composition root adds the console's).
+        self.authorities = Authorities(settings.owners)
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
         # Scheduled tasks, for the scheduled_tasks tools (set by the Bridge that runs the scheduler).
@@ -97,6 +100,7 @@ class AgentRunner:
         reply: ReplyPlanner | None = None,
         display: LiveDisplay | None = None,
         media: MediaReader | None = None,
+        authority: Authority | None = None,
     ) -> RunResult:
         """Answer the session's newest message (or `upto`, in followup mode).
 
@@ -106,6 +110,8 @@ class AgentRunner:
         `reply` plans the delivery rows of the answer, written with it in one transaction.
         `display` shows each model request's text as it streams, where the chat can.
         `media` reads the attachments of the messages it answers (photos fetched, voice transcribed).
+        `authority` is whom the run acts for; a chat's run (None) acts for whoever wrote the newest
+        message it answers, in that chat.
         """
         observer = observer or NullObserver()
         agent = self.settings.agent
@@ -123,6 +129,8 @@ class AgentRunner:
         )
         if started.answers is None or started.input_hash is None:
             return RunResult(run_id, "skipped", "")
+        if authority is None:
+            authority = self.authorities.for_chat(session.key, started.answers.sender)
         self.live.publish("run_started", run_id=run_id, session_key=session.key, channel=channel)
         context, rows, input_hash = started.context, started.rows, started.input_hash
         if media is not None:
@@ -139,6 +147,8 @@ class AgentRunner:
             registry=self.registry,
             session=session,
             run_id=run_id,
+            authority=authority,
+            authorities=self.authorities,
             loaded_groups=loaded,
             channel=channel,
             messenger=self.messenger,
@@ -158,7 +168,7 @@ class AgentRunner:
         state = RunState(
             run_id=run_id,
             messages=within_budget(replay, budget),
-            trace=RunTrace(run_id, session.id, session.key, channel, input_hash),
+            trace=RunTrace(run_id, session.id, session.key, channel, input_hash, acting=authority.describe()),
             memories=context.memories,
             summary=summary,
             display=display,

@@ -43,6 +43,7 @@ class RunTrace:
         *,
         profile: str | None = None,
         model: str | None = None,
+        acting: str | None = None,
     ) -> None:
         self.header: dict[str, Any] = {
             "run_id": run_id,
@@ -52,6 +53,9 @@ class RunTrace:
             "input_hash": input_hash,
             "started_at": time.time(),
         }
+        if acting is not None:
+            # Whom the run acted for (bridge.sessions.authority), e.g. "member telegram:7 in …".
+            self.header["acting_for"] = acting
         self.use_model(profile, model)
         self.steps: list[dict[str, Any]] = []
         self._started = time.monotonic()

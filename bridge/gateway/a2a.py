@@ -15,6 +15,7 @@ from bridge.events import Outbound, Route
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate
+from bridge.sessions.authority import Authority
 from bridge.store.base import SessionRow, Store
 from bridge.tools.base import AGENT_CHANNEL
 
@@ -55,6 +56,13 @@ class _Exchange:
     requester: SessionRow
     target: SessionRow
     message: str
+    # The requester's run's authority; the target's runs get it narrowed to the target's chat.
+    authority: Authority
+
+    def authority_in(self, session: SessionRow) -> Authority:
+        if session.key == self.requester.key:
+            return self.authority
+        return self.authority.narrowed(session.key, f"agent:{self.requester.key}")
 
 
 class AgentToAgent:
@@ -80,7 +88,12 @@ class AgentToAgent:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def send(
-        self, requester: SessionRow, target: SessionRow, message: str, timeout_s: float
+        self,
+        requester: SessionRow,
+        target: SessionRow,
+        message: str,
+        timeout_s: float,
+        authority: Authority,
     ) -> dict[str, Any]:
         """Start the exchange; wait up to timeout_s for the target's first reply (0: do not wait)."""
         decision = await self.gate.decide(target.key)
@@ -91,7 +104,7 @@ class AgentToAgent:
                 "error": f"The send policy ignores session '{target.key}' ({decision.reason}); "
                 "the bot does not work there.",
             }
-        exchange = _Exchange(secrets.token_hex(8), requester, target, message)
+        exchange = _Exchange(secrets.token_hex(8), requester, target, message, authority)
         run_id = secrets.token_hex(8)
         primary: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._exchange(exchange, run_id, primary), name=f"a2a:{exchange.id}")
@@ -118,9 +131,7 @@ class AgentToAgent:
 
     async def _exchange(self, exchange: _Exchange, run_id: str, primary: asyncio.Future[RunResult]) -> None:
         try:
-            first = await self._turn(
-                exchange.target, request_text(exchange.message), exchange.requester, run_id
-            )
+            first = await self._turn(exchange, exchange.target, request_text(exchange.message), run_id)
             if first is None:
                 primary.cancel()
                 return
@@ -142,8 +153,7 @@ class AgentToAgent:
         latest = reply
         speakers = (exchange.requester, exchange.target)
         for turn in range(self.settings.session.agent_to_agent.max_ping_pong_turns):
-            to, from_ = speakers[turn % 2], speakers[(turn + 1) % 2]
-            result = await self._turn(to, reply_text(latest), from_)
+            result = await self._turn(exchange, speakers[turn % 2], reply_text(latest))
             if result is None or result.status != "ok" or result.reply.strip() == REPLY_SKIP:
                 break
             latest = result.reply
@@ -152,7 +162,7 @@ class AgentToAgent:
     async def _announce(self, exchange: _Exchange, first_reply: str, latest: str) -> None:
         target = exchange.target
         text = announce_text(exchange.requester.key, exchange.message, first_reply, latest)
-        result = await self._turn(target, text, exchange.requester)
+        result = await self._turn(exchange, target, text)
         if result is None or result.status != "ok" or result.reply.strip() == ANNOUNCE_SKIP:
             return
         session = await self.store.active_session(target.key)
@@ -173,19 +183,24 @@ class AgentToAgent:
         )
 
     async def _turn(
-        self, to: SessionRow, text: str, from_: SessionRow, run_id: str | None = None
+        self, exchange: _Exchange, to: SessionRow, text: str, run_id: str | None = None
     ) -> RunResult | None:
-        """Inject `text` into `to`'s session as from_'s agent and run it there, in `to`'s lane.
+        """Inject `text` into `to`'s session as the other side's agent and run it there, in `to`'s
+        lane, with the exchange's authority as it stands in `to`.
 
         None when the run never happened or was cancelled (/clear, /stop or shutdown in that chat).
         """
         outcome: list[RunResult] = []
+        from_ = exchange.target if to.key == exchange.requester.key else exchange.requester
+        authority = exchange.authority_in(to)
 
         async def job() -> None:
             # Injected when the lane gets to it, so a chat message queued earlier is answered first.
             session = await self.store.ensure_active_session(to.key)
             await self.store.add_user_message(session.id, text, via_session=from_.key)
-            outcome.append(await self.runner.run(session, channel=AGENT_CHANNEL, run_id=run_id))
+            outcome.append(
+                await self.runner.run(session, channel=AGENT_CHANNEL, run_id=run_id, authority=authority)
+            )
 
         if self.share is not None:
             # Workers share the chats: the turn runs where this worker holds `to`'s lease.

@@ -12,7 +12,7 @@ from bridge.errors import PairingLimited
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing, minutes_left, who
 from bridge.gateway.policy import Decision, PolicyGate
-from bridge.sessions.keys import MAIN, kind
+from bridge.sessions.keys import MAIN
 from bridge.sessions.service import SessionService
 from bridge.store.base import SessionRow, Store
 from bridge.tasks.scheduler import TaskError, TaskService
@@ -93,7 +93,7 @@ class Commands:
         if command.name == "pair":
             return await self.pair(key, command.args, is_owner=is_owner, sender=sender)
         if command.name == "tasks":
-            return await self.task_list(key, command.args, is_owner=is_owner)
+            return await self.task_list(key, command.args, sender=sender)
         if command.name in ("help", "start"):
             return HELP
         return f"Unknown command /{command.name}. Send /help for the list."
@@ -192,19 +192,18 @@ class Commands:
             f"`bridge pair revoke {user.surface}:{user.user_id}` takes it back."
         )
 
-    async def task_list(self, key: str, args: str, *, is_owner: bool) -> str:
+    async def task_list(self, key: str, args: str, *, sender: str | None) -> str:
         """/tasks lists the chat's scheduled tasks (made here or posting here) with their next run;
-        /tasks cancel ID cancels one: owners anywhere, anyone else in their own DM only."""
+        /tasks cancel ID cancels one, under the same rule as cancel_task: its maker and the owners
+        (and in someone's own DM, that person)."""
         if self.tasks is None:
             return "Scheduled tasks are not available here."
         words = args.split()
         if words and words[0].lower() == "cancel":
             if len(words) != 2:
                 return "Usage: /tasks cancel ID (/tasks lists the ids)."
-            if not is_owner and kind(key) != "other":
-                return "Only an owner of this bot can cancel the tasks of a shared chat."
             try:
-                task = await self.tasks.cancel(words[1], key)
+                task = await self.tasks.cancel(words[1], self.sessions.authority(key, sender))
             except TaskError as exc:
                 return str(exc).replace("list_tasks", "/tasks")
             return f"Cancelled task {task.id}: {task.prompt[:80]}"

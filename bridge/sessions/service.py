@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from bridge.events import Inbound
 from bridge.sessions import keys
+from bridge.sessions.authority import Authorities, Authority
 from bridge.store.base import SessionMeta, SessionRow, Store
 
 
@@ -15,9 +16,14 @@ class SessionService:
     def __init__(self, store: Store, owners: Iterable[str]) -> None:
         self.store = store
         self.owners = frozenset(owners)
+        self.authorities = Authorities(self.owners)
 
     def is_owner(self, inbound: Inbound) -> bool:
-        return inbound.sender in self.owners
+        return self.authorities.is_owner(inbound.sender)
+
+    def authority(self, key: str, sender: str | None) -> Authority:
+        """Whom a command said in the chat `key` acts for (a run's is the runner's to work out)."""
+        return self.authorities.for_chat(key, sender)
 
     def key_for(self, inbound: Inbound) -> str:
         if inbound.chat_type == "dm":
@@ -40,7 +46,8 @@ class SessionService:
         return await self.store.ensure_active_session(self.key_for(inbound), meta)
 
     async def active_for_key(self, key: str) -> SessionRow:
-        return await self.store.ensure_active_session(key)
+        # An owner's DM key (from the API, a config) is main's: never a second session beside it.
+        return await self.store.ensure_active_session(self.authorities.canonical(key))
 
     async def start_new(self, key: str) -> SessionRow:
         """End the key's active session and start an empty one; the old one stays in the store."""

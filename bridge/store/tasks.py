@@ -36,6 +36,10 @@ class TaskRow:
     route: str | None = None
     # When `bridge tasks run-now` asked for a firing outside the schedule (None: not asked).
     run_requested: float | None = None
+    # Whom its firings act for: the authority of the run that made it (bridge.sessions.authority,
+    # as JSON), and who that was ("telegram:7"); None for tasks made before they were recorded.
+    authority: str | None = None
+    maker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +55,7 @@ class FiringRow:
 
 _TASK_COLS = (
     "id, chat_key, deliver_to, prompt, kind, expression, zone, state, created_at, next_due, failures, "
-    "last_fired, route, run_requested"
+    "last_fired, route, run_requested, authority, maker"
 )
 _FIRING_COLS = "task_id, due_at, state, started_at, run_id, ended_at, detail"
 
@@ -72,6 +76,8 @@ def _task(row: tuple[object, ...]) -> TaskRow:
         fired,
         route,
         asked,
+        authority,
+        maker,
     ) = row
     return TaskRow(
         str(id_),
@@ -88,6 +94,8 @@ def _task(row: tuple[object, ...]) -> TaskRow:
         None if fired is None else float(fired),  # type: ignore[arg-type]
         None if route is None else str(route),
         None if asked is None else float(asked),  # type: ignore[arg-type]
+        None if authority is None else str(authority),
+        None if maker is None else str(maker),
     )
 
 
@@ -109,18 +117,26 @@ class TaskTable(Database):
     time: of two workers (or a process and its restart) only one moves it, so each due time fires
     once; the firing's row records what became of it."""
 
-    async def add_task(self, task: TaskRow, *, max_per_chat: int) -> bool:
-        """Store a new task unless its chat already holds `max_per_chat` live ones (then False)."""
+    async def add_task(
+        self, task: TaskRow, *, max_per_chat: int, max_per_maker: int | None = None
+    ) -> Literal["added", "chat_full", "maker_full"]:
+        """Store a new task unless its chat already holds `max_per_chat` live ones, or (where
+        `max_per_maker` is given) its maker `max_per_maker` live ones in that chat. Counted and added
+        in one transaction, so a burst of requests cannot pass the caps together."""
 
-        def add(conn: Conn) -> bool:
+        def add(conn: Conn) -> Literal["added", "chat_full", "maker_full"]:
             held = conn.execute(
-                "SELECT COUNT(*) FROM tasks WHERE chat_key = ? AND state IN ('active', 'paused')",
-                (task.chat_key,),
+                "SELECT COUNT(*), COALESCE(SUM(CASE WHEN maker = ? THEN 1 ELSE 0 END), 0) FROM tasks "
+                "WHERE chat_key = ? AND state IN ('active', 'paused')",
+                (task.maker, task.chat_key),
             ).fetchone()
-            if held is not None and int(held[0]) >= max_per_chat:
-                return False
+            in_chat, by_maker = (int(held[0]), int(held[1])) if held is not None else (0, 0)
+            if in_chat >= max_per_chat:
+                return "chat_full"
+            if max_per_maker is not None and by_maker >= max_per_maker:
+                return "maker_full"
             conn.execute(
-                f"INSERT INTO tasks ({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO tasks ({_TASK_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     task.id,
                     task.chat_key,
@@ -136,9 +152,11 @@ class TaskTable(Database):
                     task.last_fired,
                     task.route,
                     task.run_requested,
+                    task.authority,
+                    task.maker,
                 ),
             )
-            return True
+            return "added"
 
         return await self._write(add)
 

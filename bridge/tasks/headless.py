@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 from bridge.errors import SessionKeyError
 from bridge.events import Outbound, Route
 from bridge.sessions import keys
+from bridge.sessions.authority import Authority
 from bridge.store.base import OutboxItem
 from bridge.store.tables import DatabaseStore
 
@@ -57,15 +58,22 @@ class Headless:
         self.lanes = lanes
         self.delivery = delivery
 
+    def canonical(self, key: str) -> str:
+        """An owner's DM key names main: a task or hook delivering there must not open a second
+        session beside it, with its own history and send policy."""
+        return self.runner.authorities.canonical(key)
+
     async def route(self, key: str, fallback: str | None = None) -> Route | None:
         """Where a chat is: where it was last written in, else `fallback` (a stored route), else what
         its key says."""
+        key = self.canonical(key)
         session = await self.store.active_session(key)
         stored = session.last_route if session and session.last_route else fallback
         return Route.from_json(stored) or route_of_key(key)
 
     async def notice(self, key: str, text: str, dedupe: str, *, fallback: str | None = None) -> None:
         """A notice to a chat, once per `dedupe`, under its send policy; logged where it has no address."""
+        key = self.canonical(key)
         route = await self.route(key, fallback)
         if route is None:
             log.warning("a notice for %s has no chat to go to: %s", key, text)
@@ -81,12 +89,14 @@ class Headless:
         channel: str,
         run_id: str,
         deliver_to: str,
+        authority: Authority,
         fallback: str | None = None,
     ) -> Outcome:
         """The prompt as a user message of the active session of `key`, a run there (in the key's lane,
         so runs of one session never overlap), and its answer queued in the transaction that ends the
-        run, then sent. Returns once it is sent (or held back by the policy), or once a shutdown
-        dropped it from the lane's queue unbegun."""
+        run, then sent. The run acts with `authority` (a task's maker's, a hook's). Returns once it is
+        sent (or held back by the policy), or once a shutdown dropped it from the lane's queue unbegun."""
+        deliver_to = self.canonical(deliver_to)
         route = await self.route(deliver_to, fallback)
         if route is None:
             # Checked first: a run whose answer nobody could receive would only spend tokens.
@@ -107,7 +117,9 @@ class Headless:
             try:
                 session = await self.store.ensure_active_session(key)
                 await self.store.add_user_message(session.id, prompt, sender=sender, queued=False)
-                result = await self.runner.run(session, channel=channel, run_id=run_id, reply=plan)
+                result = await self.runner.run(
+                    session, channel=channel, run_id=run_id, reply=plan, authority=authority
+                )
             except Exception as exc:
                 log.exception("the run of %s failed", key)
                 outcome = Outcome("error", run_id, f"{type(exc).__name__}: {exc}"[:500])

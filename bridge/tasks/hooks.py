@@ -218,6 +218,7 @@ class HookService(DueLoop):
                 channel=HOOK_CHANNEL,
                 run_id=run_id,
                 deliver_to=event.deliver_to,
+                authority=self.authorities.for_hook(event.hook, event.deliver_to),
             )
         except asyncio.CancelledError:
             # Stopped with the bot: a run that never began is left for the next start to run.

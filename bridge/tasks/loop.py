@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from bridge.sessions.authority import Authorities
+
 if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.store.tables import DatabaseStore
@@ -43,6 +45,9 @@ class DueLoop:
         self.store = store
         self.headless = headless
         self.clock = clock
+        # Who the owners are, for the authority of the runs it starts (the composition root adds the
+        # console's).
+        self.authorities = Authorities(settings.owners)
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._runs: set[asyncio.Task[None]] = set()

@@ -8,12 +8,12 @@ import logging
 import secrets
 from datetime import UTC, datetime
 
+from bridge.sessions.authority import Authority
 from bridge.sessions.keys import cron
-from bridge.store.base import SessionRow
 from bridge.store.sessions import new_id
 from bridge.store.tasks import FiringRow, FiringState, TaskRow
 from bridge.tasks.loop import DueLoop
-from bridge.tasks.when import Schedule, WhenError, next_fire, parse_when, when_text
+from bridge.tasks.when import Schedule, WhenError, next_fire, parse_when, shortest_gap, when_text
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,19 @@ class TaskService(DueLoop):
         return datetime.fromtimestamp(self.clock(), UTC)
 
     async def create(
-        self, chat: SessionRow, prompt: str, when: str, deliver_to: SessionRow | None = None
+        self, authority: Authority, prompt: str, when: str, deliver_to: str | None = None
     ) -> TaskRow:
-        """A new task of `chat`, answering in `deliver_to` (default: the chat itself)."""
+        """A new task made by a run acting with `authority`, answering in `deliver_to` (default: the
+        chat it acts in). Its firings act with that authority; it counts against the chat where the
+        chain began, and, for a member, against what that member may have waiting there."""
         if not prompt.strip():
             raise TaskError("The prompt is empty: say what the task should do when it runs.")
+        target = deliver_to or authority.chat
+        if not authority.may_deliver_to(target):
+            # Said as for a chat that does not exist: other chats' existence is not leaked either.
+            raise TaskError(
+                f"A task made here can only post in this chat, not in '{target}'. Leave deliver_to out."
+            )
         try:
             schedule = parse_when(when, now=self.now(), default_zone=self.settings.agent.timezone)
         except WhenError as exc:
@@ -67,11 +75,14 @@ class TaskService(DueLoop):
         first = next_fire(schedule, self.now())
         if first is None:
             raise TaskError(f"'{when}' never comes: give a time in the future.")
-        target = deliver_to or chat
+        rules = self.settings.tasks
+        if authority.member_rules:
+            self._member_may(schedule, rules.members_recurring, rules.member_min_interval_s)
+        route = await self.headless.route(target)
         task = TaskRow(
             id=secrets.token_hex(4),
-            chat_key=chat.key,
-            deliver_to=target.key,
+            chat_key=authority.origin,
+            deliver_to=target,
             prompt=prompt.strip(),
             kind=schedule.kind,
             expression=schedule.expression,
@@ -79,27 +90,57 @@ class TaskService(DueLoop):
             state="active",
             created_at=self.clock(),
             next_due=first.timestamp(),
-            route=target.last_route,
+            route=None if route is None else route.to_json(),
+            authority=authority.to_json(),
+            maker=authority.person,
         )
-        limit = self.settings.tasks.max_per_chat
-        if not await self.store.add_task(task, max_per_chat=limit):
+        per_member = rules.max_per_member if authority.member_rules else None
+        added = await self.store.add_task(task, max_per_chat=rules.max_per_chat, max_per_maker=per_member)
+        if added == "chat_full":
             raise TaskError(
-                f"This chat already has {limit} scheduled tasks, the most it may have ([tasks] "
-                "max_per_chat). Cancel one with cancel_task first."
+                f"This chat already has {rules.max_per_chat} scheduled tasks, the most it may have "
+                "([tasks] max_per_chat). Cancel one with cancel_task first."
+            )
+        if added == "maker_full":
+            raise TaskError(
+                f"You already have {rules.max_per_member} scheduled tasks waiting in this chat, the most "
+                "a member may have ([tasks] max_per_member). Cancel one with cancel_task first."
             )
         self.wake()
         return task
+
+    def _member_may(self, schedule: Schedule, recurring: bool, min_interval_s: float) -> None:
+        """The members' rule in a shared chat: one-shot tasks, recurring ones only where the config
+        allows them, and never more often than it allows."""
+        if schedule.kind == "once":
+            return
+        if not recurring:
+            raise TaskError(
+                "In a shared chat only an owner may make a recurring task; members may schedule "
+                "one-time reminders ('tomorrow 9:00', 'in 2 hours')."
+            )
+        gap = shortest_gap(schedule, self.now())
+        if gap is not None and gap < min_interval_s:
+            raise TaskError(
+                f"That would run every {gap / 60:g} minutes; in a shared chat a member's task may run "
+                f"at most every {min_interval_s / 60:g} minutes ([tasks] member_min_interval_s)."
+            )
 
     async def tasks_of(self, chat_key: str | None, *, live_only: bool = True) -> list[TaskRow]:
         """Tasks made in or delivered to a chat (all chats' for None): live ones, or all."""
         return await self.store.list_tasks(chat_key, live_only=live_only)
 
-    async def cancel(self, task_id: str, chat_key: str | None) -> TaskRow:
-        """Cancel a live task; one chat may cancel only its own (made there or delivered there)."""
+    async def cancel(self, task_id: str, authority: Authority) -> TaskRow:
+        """Cancel a live task: its maker and the owners may, in the chat it was made in or posts in
+        (the operator anywhere). One rule for the tool, /tasks cancel and the CLI."""
         task = await self.store.get_task(task_id.strip())
-        mine = task is not None and (chat_key is None or chat_key in (task.chat_key, task.deliver_to))
-        if task is None or not mine or task.state not in ("active", "paused"):
+        live = task is not None and task.state in ("active", "paused")
+        if task is None or not live or not authority.may_see_task(task.chat_key, task.deliver_to):
             raise TaskError(f"No scheduled task {task_id} here. list_tasks shows this chat's tasks.")
+        if not authority.may_cancel(maker=task.maker, chat=task.chat_key, deliver_to=task.deliver_to):
+            raise TaskError(
+                f"Task {task.id} was made by someone else: only they or an owner of this bot can cancel it."
+            )
         ended = await self.store.end_task(task.id, "cancelled")
         if ended is None:
             raise TaskError(f"Task {task_id} has just ended.")
@@ -205,6 +246,9 @@ class TaskService(DueLoop):
                 run_id=run_id,
                 deliver_to=task.deliver_to,
                 fallback=task.route,
+                authority=self.authorities.of_task(
+                    task.authority, chat_key=task.chat_key, deliver_to=task.deliver_to, task_id=task.id
+                ),
             )
         except asyncio.CancelledError:
             # Stopped with the bot: a run that never began is left for the next start to fire.

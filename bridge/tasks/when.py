@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
 
-__all__ = ["ACCEPTED_FORMS", "Schedule", "WhenError", "next_fire", "parse_when"]
+__all__ = ["ACCEPTED_FORMS", "Schedule", "WhenError", "next_fire", "parse_when", "shortest_gap"]
 
 # Every error ends with this, because the model reads the error and must be able to fix its call.
 ACCEPTED_FORMS: Final = (
@@ -166,6 +166,31 @@ def next_fire(schedule: Schedule, after: datetime) -> datetime | None:
         if fire > after:
             return fire
     return None
+
+
+# How far ahead shortest_gap looks: enough firings to meet every gap of a cron expression's minute,
+# hour and day fields, few enough to take about 20 ms (measured) when a member makes a task.
+GAP_FIRINGS: Final = 400
+
+
+def shortest_gap(schedule: Schedule, after: datetime) -> float | None:
+    """The shortest time in seconds between two firings of a repeating schedule, looking at its next
+    GAP_FIRINGS firings (None for a one-shot, or one that fires once more at most). How often a member
+    may make the bot post is judged on it ([tasks] member_min_interval_s)."""
+    if schedule.kind == "once":
+        return None
+    shortest: float | None = None
+    previous = next_fire(schedule, after)
+    for _ in range(GAP_FIRINGS):
+        if previous is None:
+            break
+        following = next_fire(schedule, previous)
+        if following is None:
+            break
+        gap = (following - previous).total_seconds()
+        shortest = gap if shortest is None else min(shortest, gap)
+        previous = following
+    return shortest
 
 
 @cache

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from bridge.config import Settings
+    from bridge.sessions.authority import Authorities, Authority
     from bridge.store.base import SessionRow, Store
     from bridge.tasks.scheduler import TaskService
     from bridge.tools.registry import ToolRegistry
@@ -41,10 +42,16 @@ class ToolResult:
 
 
 class SessionMessenger(Protocol):
-    """Runs a message from one session's agent in another session (sessions_send)."""
+    """Runs a message from one session's agent in another session (sessions_send); the run there acts
+    with the requester's authority narrowed to that session's chat."""
 
     async def send(
-        self, requester: SessionRow, target: SessionRow, message: str, timeout_s: float
+        self,
+        requester: SessionRow,
+        target: SessionRow,
+        message: str,
+        timeout_s: float,
+        authority: Authority,
     ) -> dict[str, Any]: ...
 
 
@@ -67,6 +74,10 @@ class ToolContext:
     registry: ToolRegistry
     session: SessionRow
     run_id: str
+    # Whom the run acts for: every tool that could reach another chat or an owner's data asks it.
+    authority: Authority
+    # Who the owners are: an owner's DM key names main (Authorities.canonical).
+    authorities: Authorities
     loaded_groups: set[str] = field(default_factory=set)
     # Where the run's input came from: a surface name, or AGENT_CHANNEL.
     channel: str | None = None

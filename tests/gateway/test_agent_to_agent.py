@@ -183,7 +183,16 @@ async def test_an_injected_message_is_shown_as_an_agent_in_sessions_history(tmp_
         await exchange(h)
         main = await h.bridge.store.active_session("main")
         assert main is not None
-        ctx = ToolContext(h.bridge.settings, h.bridge.store, h.bridge.registry, main, "r")
+        authorities = h.bridge.authorities
+        ctx = ToolContext(
+            h.bridge.settings,
+            h.bridge.store,
+            h.bridge.registry,
+            main,
+            "r",
+            authorities.for_chat("main", None),
+            authorities,
+        )
         result = json.loads((await sessions_history({"session_key": GROUP}, ctx)).content)
         roles = {m["role"] for m in result["messages"]}
         agent = [m for m in result["messages"] if m["role"] == "agent"]

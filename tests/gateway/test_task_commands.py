@@ -183,13 +183,22 @@ async def test_tasks_cancel_needs_exactly_one_id(harness: Harness) -> None:
     assert await live_ids(harness) == {task.id}
 
 
-async def test_a_non_owner_in_a_group_cannot_cancel_its_task_and_it_stays(harness: Harness) -> None:
-    task = await schedule_in_group(harness, "in 1 hour", "Group reminder")
-    answer = await group_command(harness, f"/tasks cancel {task.id}", sender="alice")
-    assert answer == "Only an owner of this bot can cancel the tasks of a shared chat."
+async def test_another_member_in_a_group_cannot_cancel_a_members_task_and_it_stays(harness: Harness) -> None:
+    task = await schedule_in_group(harness, "in 1 hour", "Group reminder")  # made by alice
+    answer = await group_command(harness, f"/tasks cancel {task.id}", sender="carol")
+    assert answer == (
+        f"Task {task.id} was made by someone else: only they or an owner of this bot can cancel it."
+    )
     assert await live_ids(harness, GROUP_KEY) == {task.id}
     still = await harness.bridge.store.get_task(task.id)
     assert still is not None and still.state == "active"
+
+
+async def test_a_member_cancels_the_task_they_made_in_a_group(harness: Harness) -> None:
+    task = await schedule_in_group(harness, "in 1 hour", "Group reminder")  # made by alice
+    answer = await group_command(harness, f"/tasks cancel {task.id}", sender="alice")
+    assert answer == f"Cancelled task {task.id}: Group reminder"
+    assert await live_ids(harness) == set()
 
 
 async def test_an_owner_cancels_a_groups_task_in_that_group(harness: Harness) -> None:
@@ -199,9 +208,17 @@ async def test_an_owner_cancels_a_groups_task_in_that_group(harness: Harness) ->
     assert await live_ids(harness) == set()
 
 
-async def test_a_chat_cannot_cancel_another_chats_task_even_for_the_owner(harness: Harness) -> None:
+async def test_an_owner_in_main_may_cancel_any_chats_task(harness: Harness) -> None:
+    # main is the owners' own thread, which sees every chat; the CLI may too.
     task = await schedule_in_group(harness, "in 1 hour", "Group reminder")
     answer = await command(harness, f"/tasks cancel {task.id}")  # from main, the owner's DM
+    assert answer == f"Cancelled task {task.id}: Group reminder"
+    assert await live_ids(harness, GROUP_KEY) == set()
+
+
+async def test_another_chat_cannot_cancel_a_groups_task(harness: Harness) -> None:
+    task = await schedule_in_group(harness, "in 1 hour", "Group reminder")
+    answer = await command(harness, f"/tasks cancel {task.id}", sender=FRIEND)  # bob's own DM
     assert answer == f"No scheduled task {task.id} here. /tasks shows this chat's tasks."
     assert await live_ids(harness, GROUP_KEY) == {task.id}
 

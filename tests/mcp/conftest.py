@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 from bridge.config import Settings
+from bridge.sessions.authority import Authorities, Authority
 from bridge.tools.base import ToolContext
 from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
@@ -94,6 +95,8 @@ class McpBench:
             registry=self.registry,
             session=None,  # type: ignore[arg-type]
             run_id="r",
+            authority=Authority("owner", "main"),
+            authorities=Authorities(()),
         )
 
 

@@ -29,14 +29,31 @@ def task(task_id: str = "t1", chat: str = "main", due: float | None = NOW, **cha
 
 
 async def test_a_chat_may_hold_only_max_per_chat_live_tasks(store: DatabaseStore) -> None:
-    assert await store.add_task(task("a"), max_per_chat=2)
-    assert await store.add_task(task("b"), max_per_chat=2)
-    assert not await store.add_task(task("c"), max_per_chat=2)
-    assert await store.add_task(task("d", chat="telegram:group:-1"), max_per_chat=2)
+    assert await store.add_task(task("a"), max_per_chat=2) == "added"
+    assert await store.add_task(task("b"), max_per_chat=2) == "added"
+    assert await store.add_task(task("c"), max_per_chat=2) == "chat_full"
+    assert await store.add_task(task("d", chat="telegram:group:-1"), max_per_chat=2) == "added"
     # A cancelled task frees its place.
     assert await store.end_task("a", "cancelled") is not None
-    assert await store.add_task(task("c"), max_per_chat=2)
+    assert await store.add_task(task("c"), max_per_chat=2) == "added"
     assert [t.id for t in await store.list_tasks("main")] == ["b", "c"]
+
+
+async def test_a_member_may_hold_only_max_per_maker_live_tasks_in_a_chat(store: DatabaseStore) -> None:
+    group = "telegram:group:-1"
+
+    def by(task_id: str, maker: str) -> TaskRow:
+        return dataclasses.replace(task(task_id, chat=group), maker=maker, authority='{"x":1}')
+
+    assert await store.add_task(by("a", "telegram:7"), max_per_chat=10, max_per_maker=2) == "added"
+    assert await store.add_task(by("b", "telegram:7"), max_per_chat=10, max_per_maker=2) == "added"
+    assert await store.add_task(by("c", "telegram:7"), max_per_chat=10, max_per_maker=2) == "maker_full"
+    # Another member's count is their own, and the maker and authority are kept.
+    assert await store.add_task(by("d", "telegram:8"), max_per_chat=10, max_per_maker=2) == "added"
+    stored = await store.get_task("a")
+    assert stored is not None and (stored.maker, stored.authority) == ("telegram:7", '{"x":1}')
+    assert await store.end_task("a", "cancelled") is not None
+    assert await store.add_task(by("c", "telegram:7"), max_per_chat=10, max_per_maker=2) == "added"
 
 
 async def test_two_claims_of_one_due_time_give_one_firing(store: DatabaseStore) -> None:

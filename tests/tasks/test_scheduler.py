@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.sessions.authority import Authority
 from bridge.store.tasks import TaskRow
 from bridge.tasks.scheduler import TaskService
 from tests.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
@@ -241,6 +242,7 @@ async def test_a_firing_whose_run_ended_before_a_crash_is_recorded_ok_and_not_ru
         run_id="r-done",
         deliver_to="main",
         fallback=task.route,
+        authority=Authority("owner", "main"),
     )
     asked = len(harness.llm.requests)
     await service.start(alone=True)

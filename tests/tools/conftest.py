@@ -9,12 +9,15 @@ from typing import Any
 import pytest
 
 from bridge.config import Settings
+from bridge.sessions.authority import Authorities, Authority
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import Tool, ToolContext
 from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
 
 MakeContext = Callable[..., ToolContext]
+# The owners of the bot the session tools' tests run against.
+OWNERS = ("telegram:1", "discord:2")
 MakeSessionContext = Callable[..., Awaitable[ToolContext]]
 
 
@@ -44,6 +47,8 @@ def make_ctx(workspace: Path) -> MakeContext:
             registry=None,  # type: ignore[arg-type]
             session=None,  # type: ignore[arg-type]
             run_id="t",
+            authority=Authority("owner", "main"),
+            authorities=Authorities(()),
         )
 
     return make
@@ -64,13 +69,24 @@ def registry() -> ToolRegistry:
 def make_session_ctx(store: SQLiteStore, registry: ToolRegistry) -> MakeSessionContext:
     """Build a ToolContext on the active session of `key` (created if needed) in the real store."""
 
-    async def make(key: str = "main", *, settings: Settings | None = None) -> ToolContext:
+    async def make(
+        key: str = "main",
+        *,
+        settings: Settings | None = None,
+        person: str | None = None,
+        authority: Authority | None = None,
+    ) -> ToolContext:
+        """`person` wrote the message the run answers (an owner in OWNERS, or a member); `authority`
+        overrides what that makes (a task's firing, a hook)."""
+        authorities = Authorities(OWNERS)
         return ToolContext(
             settings=settings or Settings(),
             store=store,
             registry=registry,
             session=await store.ensure_active_session(key),
             run_id="r",
+            authority=authority or authorities.for_chat(key, person),
+            authorities=authorities,
         )
 
     return make

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from bridge.config import Settings
+from bridge.sessions.authority import Authorities, Authority
 from bridge.tools.base import ToolContext, ToolResult
 from bridge.tools.builtin.core import load_tool_group
 from bridge.tools.catalog import build_registry
@@ -20,6 +21,8 @@ def make_context(registry: ToolRegistry) -> ToolContext:
         registry=registry,
         session=None,  # type: ignore[arg-type]
         run_id="r",
+        authority=Authority("owner", "main"),
+        authorities=Authorities(()),
     )
 
 

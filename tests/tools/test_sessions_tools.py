@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from bridge.media.model import Attachment, dumps
+from bridge.sessions.authority import Authority
 from bridge.store.base import SessionMeta, SessionRow, ToolExchange
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolResult
@@ -136,7 +137,10 @@ async def test_limit_never_exceeds_the_maximum(
 ) -> None:
     for i in range(LIST_MAX + 5):
         await store.ensure_active_session(f"cron:job{i}")
-    assert len(await listed(await make_session_ctx("cron:job0"), limit=10_000)) == LIST_MAX
+    assert (
+        len(await listed(await make_session_ctx("cron:job0", authority=OWNERS_TASK), limit=10_000))
+        == LIST_MAX
+    )
 
 
 async def test_message_limit_is_at_most_20_and_excludes_tool_rows(
@@ -216,7 +220,11 @@ async def with_tools(store: SQLiteStore, sessions: dict[str, SessionRow]) -> Ses
 async def test_history_by_key_hides_tool_rows_by_default(
     with_tools: SessionRow, make_session_ctx: MakeSessionContext
 ) -> None:
-    data = payload(await sessions_history({"session_key": "main"}, await make_session_ctx("cron:daily")))
+    data = payload(
+        await sessions_history(
+            {"session_key": "main"}, await make_session_ctx("cron:daily", authority=OWNERS_TASK)
+        )
+    )
     assert data["session_key"] == "main"
     assert data["session_id"] == with_tools.id
     assert [(m["role"], m["content"]) for m in data["messages"]] == [
@@ -317,13 +325,19 @@ async def test_an_owner_speaking_in_a_group_cannot_pull_main_into_that_group(
 # -- sessions_send ---------------------------------------------------------------------------
 
 
+# A task an owner made in main: its firings act with the owner's authority there.
+OWNERS_TASK = Authority("owner", "main", "telegram:1", chain=("task:daily",))
+
+
 class RecordingMessenger:
     """Stands in for the agent-to-agent service: records what it was asked to carry."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str, float]] = []
 
-    async def send(self, requester: SessionRow, target: SessionRow, message: str, timeout_s: float) -> Any:
+    async def send(
+        self, requester: SessionRow, target: SessionRow, message: str, timeout_s: float, authority: Authority
+    ) -> Any:
         self.calls.append((requester.key, target.key, message, timeout_s))
         if message == "fail":
             return {"run_id": "r9", "status": "error", "error": "the model failed"}
@@ -421,7 +435,11 @@ async def test_history_names_attachments_and_marks_a_transcript(
     voice = Attachment("audio", "voice-8.ogg", "file-8", "audio/ogg", 300, voice=True, transcribed=True)
     await store.add_user_message(main.id, "what is this?", media=dumps([photo]))
     await store.add_user_message(main.id, "call mum at six", media=dumps([voice]))
-    data = payload(await sessions_history({"session_key": "main"}, await make_session_ctx("cron:daily")))
+    data = payload(
+        await sessions_history(
+            {"session_key": "main"}, await make_session_ctx("cron:daily", authority=OWNERS_TASK)
+        )
+    )
     assert [m["content"] for m in data["messages"]][-2:] == [
         "[image: photo-7.jpg]\nwhat is this?",
         "[voice message, transcribed]\ncall mum at six",

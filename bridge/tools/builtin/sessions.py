@@ -11,7 +11,7 @@ from pydantic import Field
 
 from bridge.errors import SessionKeyError
 from bridge.media.model import framed
-from bridge.sessions.keys import MAIN, RESERVED_KEYS, kind
+from bridge.sessions.keys import RESERVED_KEYS, kind
 from bridge.store.base import MessageRow, SessionRow, SessionSummary
 from bridge.tools.arguments import Arguments, Count, Seconds, Text, typed_tool
 from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolGroup, ToolResult
@@ -49,17 +49,10 @@ def _message_dict(row: MessageRow) -> dict[str, Any]:
     return item
 
 
-def _sees_everything(ctx: ToolContext) -> bool:
-    """The owners' own thread (and the operator's cron jobs) may look into every session.
-
-    Decided by the session, not the sender: an owner talking in a group must not make that group's
-    agent read `main` into the group.
-    """
-    return ctx.session.key == MAIN or session_kind(ctx.session.key) == "cron"
-
-
 def _visible(ctx: ToolContext, session: SessionRow) -> bool:
-    return _sees_everything(ctx) or session.key == ctx.session.key
+    # The run's authority decides (bridge.sessions.authority): an owner in main sees every session,
+    # anyone else their own chat (and the session the run is in: a task's or a hook's).
+    return ctx.authority.may_see(session.key, own=ctx.session.key)
 
 
 class SessionsListArgs(Arguments):
@@ -97,13 +90,16 @@ class SessionsSendArgs(Arguments):
 async def _sessions_list(args: SessionsListArgs, ctx: ToolContext) -> ToolResult:
     kinds = args.kinds
     since = time.time() - args.active_minutes * 60 if args.active_minutes else None
-    if _sees_everything(ctx):
+    if ctx.authority.sees_all:
         summaries = await ctx.store.list_sessions(limit=LIST_MAX, active_since=since)
     else:
-        # Everyone else sees their own chat alone, however long ago other chats were active.
-        own = await ctx.store.get_session(ctx.session.id)
-        visible = own is not None and (since is None or own.updated_at >= since)
-        summaries = [SessionSummary(own, await ctx.store.count_messages(own.id))] if visible and own else []
+        # Everyone else sees the sessions they may (their chat, the run's own), however long ago
+        # other chats were active.
+        summaries = []
+        for key in dict.fromkeys((ctx.authority.chat, ctx.session.key)):
+            own = await ctx.store.active_session(key)
+            if own is not None and _visible(ctx, own) and (since is None or own.updated_at >= since):
+                summaries.append(SessionSummary(own, await ctx.store.count_messages(own.id)))
     rows: list[dict[str, Any]] = []
     for summary in summaries:
         session = summary.session
@@ -133,7 +129,9 @@ async def _sessions_list(args: SessionsListArgs, ctx: ToolContext) -> ToolResult
 
 
 async def resolve_session(ref: str, ctx: ToolContext) -> SessionRow | ToolResult:
-    """The session named by 'session_key' (a key, or a session id), if this session may see it."""
+    """The session named by 'session_key' (a key, or a session id), if this run may see it. An owner's
+    DM key names main."""
+    ref = ctx.authorities.canonical(ref)
     session = None if ref in RESERVED_KEYS else await ctx.store.active_session(ref)
     if session is None:
         session = await ctx.store.get_session(ref)
@@ -183,10 +181,15 @@ async def _sessions_send(args: SessionsSendArgs, ctx: ToolContext) -> ToolResult
         return ToolResult.error(
             "same_session", "A session cannot send to itself; answer here directly instead."
         )
+    if not ctx.authority.may_message(target.key):
+        return ToolResult.error(
+            "not_allowed",
+            "Only an owner's own chat (main) may message other sessions' agents; answer here instead.",
+        )
     if ctx.messenger is None:
         return ToolResult.error("unavailable", "Sending to other sessions is not available here.")
     timeout = min(args.timeout_seconds, SEND_TIMEOUT_MAX)
-    outcome = await ctx.messenger.send(ctx.session, target, args.message, timeout)
+    outcome = await ctx.messenger.send(ctx.session, target, args.message, timeout, ctx.authority)
     if outcome["status"] == "error":
         # Still the documented JSON shape, but marked failed so the run's failure breaker counts it.
         return ToolResult(ok=False, content=json.dumps(outcome, ensure_ascii=False), code="run_failed")

@@ -7,11 +7,12 @@ from typing import Any
 
 from pydantic import Field
 
+from bridge.errors import SessionKeyError
+from bridge.sessions import keys
 from bridge.store.tasks import TaskRow
 from bridge.tasks.scheduler import TaskError, TaskService
 from bridge.tools.arguments import Arguments, Text, typed_tool
 from bridge.tools.base import ToolContext, ToolGroup, ToolResult
-from bridge.tools.builtin.sessions import resolve_session
 
 WHEN_HELP = (
     "When to run: a 5-field cron expression ('0 9 * * 1' = Mondays 09:00), an ISO date and time "
@@ -24,7 +25,9 @@ class ScheduleTaskArgs(Arguments):
     prompt: Text = Field(description="What to do each time it runs, written as an instruction to yourself")
     when: Text = Field(description=WHEN_HELP)
     deliver_to: str | None = Field(
-        None, description="Session key of the chat to post the answer in (default: this chat)"
+        None,
+        description="Session key of the chat to post the answer in (default: this chat); only an "
+        "owner's own chat may name another",
     )
 
 
@@ -48,6 +51,18 @@ def task_dict(service: TaskService, task: TaskRow) -> dict[str, Any]:
     }
 
 
+def _chat_problem(key: str) -> str | None:
+    """Why `key` names no chat a task can post in, or None. A chat nobody has written in yet is
+    fine where its key says where it is (a group, a channel, a Telegram DM)."""
+    try:
+        parsed = keys.parse(key)
+    except SessionKeyError as exc:
+        return f"{exc}. Use a chat's session key, e.g. 'main' or 'telegram:group:-1001234567890'."
+    if parsed.kind in ("cron", "hook", "node"):
+        return f"'{key}' is not a chat: give the session key of a chat, e.g. 'main'."
+    return None
+
+
 def _service(ctx: ToolContext) -> TaskService | ToolResult:
     if ctx.tasks is None:
         return ToolResult.error("unavailable", "Scheduled tasks are not available here.")
@@ -60,13 +75,17 @@ async def _schedule_task(args: ScheduleTaskArgs, ctx: ToolContext) -> ToolResult
         return service
     target = None
     if args.deliver_to and args.deliver_to != ctx.session.key:
-        # The same rule as sessions_send: only a session that may see another may post there.
-        found = await resolve_session(args.deliver_to, ctx)
-        if isinstance(found, ToolResult):
-            return found
-        target = found
+        target = ctx.authorities.canonical(args.deliver_to.strip())
+        if not ctx.authority.may_deliver_to(target):
+            # As for a chat that does not exist: other chats' existence is not told either.
+            return ToolResult.error(
+                "not_found", f"No chat '{args.deliver_to}' this task may post in. Leave deliver_to out."
+            )
+        problem = _chat_problem(target)
+        if problem is not None:
+            return ToolResult.error("invalid", problem)
     try:
-        task = await service.create(ctx.session, args.prompt, args.when, target)
+        task = await service.create(ctx.authority, args.prompt, args.when, target)
     except TaskError as exc:
         return ToolResult.error("invalid", str(exc))
     return ToolResult.success({"status": "scheduled", **task_dict(service, task)})
@@ -76,7 +95,8 @@ async def _list_tasks(args: ListTasksArgs, ctx: ToolContext) -> ToolResult:
     service = _service(ctx)
     if isinstance(service, ToolResult):
         return service
-    tasks = await service.tasks_of(ctx.session.key, live_only=not args.include_ended)
+    # The chat the run acts in: a task's firing lists the tasks of the chat it works for.
+    tasks = await service.tasks_of(ctx.authority.chat, live_only=not args.include_ended)
     return ToolResult.success({"tasks": [task_dict(service, task) for task in tasks]})
 
 
@@ -85,7 +105,7 @@ async def _cancel_task(args: CancelTaskArgs, ctx: ToolContext) -> ToolResult:
     if isinstance(service, ToolResult):
         return service
     try:
-        task = await service.cancel(args.task_id, ctx.session.key)
+        task = await service.cancel(args.task_id, ctx.authority)
     except TaskError as exc:
         return ToolResult.error("not_found", str(exc))
     return ToolResult.success({"status": "cancelled", **task_dict(service, task)})
