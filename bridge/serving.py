@@ -77,9 +77,9 @@ class _Report:
             return  # it stopped: nothing to report, and the next one is told at once
         self.lines += 1
         log.warning(
-            "%s: at its cap of %d open connections: closed %d that sent no request header in time and "
-            "refused %d with 503 (this line comes at most once a minute). If these are real clients, "
-            "raise %s; otherwise something is holding connections open on purpose.",
+            "%s: at its cap of %d open connections: closed %d that had sent no whole request header, to "
+            "make room, and refused %d with 503 (this line comes at most once a minute). If these are "
+            "real clients, raise %s; otherwise something is holding connections open on purpose.",
             self.name,
             self.limits.max_connections,
             self.evicted,
