@@ -298,6 +298,7 @@ async def test_at_start_events_a_crash_left_are_run_once_or_settled_never_run_tw
             channel="hook",
             run_id="r-done",
             deliver_to=GROUP_KEY,
+            authority=harness.bridge.authorities.for_hook("deploys", GROUP_KEY),
         )
         assert await store.claim_hook_event(cut.id, "r-cut", 0.0)
         session = await store.ensure_active_session(cut.session_key)
