@@ -1,0 +1,413 @@
+"""The hostile-member table: every kind of run against every tool and command that could reach another
+chat or an owner's data, with the expected allow or deny in each cell.
+
+Each kind gets its authority from the code that gives it in production (bridge.sessions.authority via
+the running Bridge), then runs the real tool on the real store. A cell is a probe that answers "did it
+get through?", compared with the table. A tool or command that is registered without a row here fails
+`test_every_tool_and_command_has_a_row`, so a new one cannot slip past this table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.config import Settings
+from bridge.events import ChatType, Inbound, Route
+from bridge.gateway.commands import COMMANDS
+from bridge.sessions.authority import Authority
+from bridge.store.base import SessionMeta, SessionRow
+from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolResult
+from bridge.tools.catalog import build_registry
+from tests.fakes.openai_server import FakeOpenAI
+from tests.harness import OWNER, Harness, running_bridge
+
+SECRET = "the owner's secret 4411"
+OWNER_ID = f"test:{OWNER}"
+GROUP = "test:group:g1"
+TOPIC = "test:group:g1:topic:7"
+OTHER = "test:group:g2"
+DM = "test:dm:bob"
+CHANNEL = "test:channel:c5"
+
+ROUTES: dict[str, tuple[ChatType, str, str | None]] = {
+    "main": ("dm", OWNER, None),
+    DM: ("dm", "bob", None),
+    GROUP: ("group", "g1", None),
+    TOPIC: ("group", "g1", "7"),
+    CHANNEL: ("channel", "c5", None),
+    OTHER: ("group", "g2", None),
+}
+
+# -- the kinds of run ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of run: the session it runs in, and how production gives it its authority."""
+
+    session: str
+    authority: Callable[[Harness], Authority]
+    channel: str | None = "test"
+
+
+def _task(chat: str, maker: str | None, task_id: str) -> Callable[[Harness], Authority]:
+    def make(h: Harness) -> Authority:
+        made_by = h.bridge.authorities.for_chat(chat, maker)
+        return h.bridge.authorities.of_task(
+            made_by.to_json(), chat_key=chat, deliver_to=chat, task_id=task_id
+        )
+
+    return make
+
+
+KINDS: dict[str, Kind] = {
+    "main": Kind("main", lambda h: h.bridge.authorities.for_chat("main", OWNER_ID)),
+    "member_dm": Kind(DM, lambda h: h.bridge.authorities.for_chat(DM, "test:bob")),
+    "group": Kind(GROUP, lambda h: h.bridge.authorities.for_chat(GROUP, "test:alice")),
+    "topic": Kind(TOPIC, lambda h: h.bridge.authorities.for_chat(TOPIC, "test:alice")),
+    "channel": Kind(CHANNEL, lambda h: h.bridge.authorities.for_chat(CHANNEL, "test:alice")),
+    "owner_in_group": Kind(GROUP, lambda h: h.bridge.authorities.for_chat(GROUP, OWNER_ID)),
+    "owner_task": Kind("cron:ownertask", _task("main", OWNER_ID, "ownertask"), "task"),
+    "member_task": Kind("cron:membertask", _task(GROUP, "test:alice", "membertask"), "task"),
+    "hook": Kind("hook:deploys", lambda h: h.bridge.authorities.for_hook("deploys", GROUP), "hook"),
+    "agent": Kind(
+        GROUP,
+        lambda h: h.bridge.authorities.for_chat("main", OWNER_ID).narrowed(GROUP, "agent:main"),
+        AGENT_CHANNEL,
+    ),
+}
+EVERYONE = frozenset(KINDS)
+SEES_ALL = frozenset({"main", "owner_task"})
+
+# -- the probes ----------------------------------------------------------------------------------
+
+Probe = Callable[[Harness, ToolContext], Awaitable[bool]]
+
+
+async def call(ctx: ToolContext, name: str, args: dict[str, Any]) -> ToolResult:
+    tool = ctx.registry.get(name)
+    assert tool is not None, name
+    return await tool(args, ctx)
+
+
+async def sees_main_listed(h: Harness, ctx: ToolContext) -> bool:
+    result = await call(ctx, "sessions_list", {"message_limit": 5})
+    return '"key": "main"' in result.content or SECRET in result.content
+
+
+async def reads_main(h: Harness, ctx: ToolContext) -> bool:
+    result = await call(ctx, "sessions_history", {"session_key": "main"})
+    return result.ok and SECRET in result.content
+
+
+async def reads_main_by_owners_dm_key(h: Harness, ctx: ToolContext) -> bool:
+    result = await call(ctx, "sessions_history", {"session_key": f"test:dm:{OWNER}"})
+    return result.ok and SECRET in result.content
+
+
+async def reads_other_group(h: Harness, ctx: ToolContext) -> bool:
+    return (await call(ctx, "sessions_history", {"session_key": OTHER})).ok
+
+
+async def messages_other_chat(h: Harness, ctx: ToolContext) -> bool:
+    result = await call(ctx, "sessions_send", {"session_key": OTHER, "message": "hi", "timeout_seconds": 0})
+    return result.ok
+
+
+async def schedules_into_main(h: Harness, ctx: ToolContext) -> bool:
+    args = {"prompt": "post main here", "when": "in 2 hours", "deliver_to": "main"}
+    return (await call(ctx, "schedule_task", args)).ok
+
+
+async def schedules_into_other_group(h: Harness, ctx: ToolContext) -> bool:
+    args = {"prompt": "spam", "when": "in 2 hours", "deliver_to": OTHER}
+    return (await call(ctx, "schedule_task", args)).ok
+
+
+async def schedules_every_minute(h: Harness, ctx: ToolContext) -> bool:
+    return (await call(ctx, "schedule_task", {"prompt": "spam", "when": "* * * * *"})).ok
+
+
+async def lists_mains_task(h: Harness, ctx: ToolContext) -> bool:
+    owner = h.bridge.authorities.for_chat("main", OWNER_ID)
+    task = await h.bridge.tasks.create(owner, "the owner's errand", "in 5 hours")
+    return task.id in (await call(ctx, "list_tasks", {})).content
+
+
+async def cancels_anothers_task_in_group(h: Harness, ctx: ToolContext) -> bool:
+    carol = h.bridge.authorities.for_chat(GROUP, "test:carol")
+    task = await h.bridge.tasks.create(carol, "carol's reminder", "in 5 hours")
+    return (await call(ctx, "cancel_task", {"task_id": task.id})).ok
+
+
+async def finds_mains_words(h: Harness, ctx: ToolContext) -> bool:
+    return SECRET in (await call(ctx, "search_history", {"query": "secret"})).content
+
+
+async def writes_mains_memory(h: Harness, ctx: ToolContext) -> bool:
+    await call(ctx, "save_memory", {"content": "planted by a run"})
+    return any("planted" in m for m in await h.bridge.store.memories("main", 50))
+
+
+def _workspace_file(workspace: Path, name: str) -> None:
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / name).write_text("x", encoding="utf-8")
+
+
+async def sends_file_to_another_chat(h: Harness, ctx: ToolContext) -> bool:
+    await asyncio.to_thread(_workspace_file, Path(ctx.settings.tools.workspace), "note.txt")
+    before = len(h.sender.sent)
+    result = await call(ctx, "send_file", {"path": "note.txt"})
+    sent = h.sender.sent[before:]
+    # A chat's run sends it to its own chat (checked, so the probe can see a send at all).
+    assert result.ok == bool(sent), (result, sent)
+    return any(item.session_key != ctx.session.key for item in sent)
+
+
+# Probe → the kinds it must get through for; every other kind must be refused.
+TOOL_TABLE: dict[str, tuple[Probe, frozenset[str]]] = {
+    "sessions_list sees main": (sees_main_listed, SEES_ALL),
+    "sessions_history reads main": (reads_main, SEES_ALL),
+    "sessions_history reads main by the owner's DM key": (reads_main_by_owners_dm_key, SEES_ALL),
+    "sessions_history reads another group": (reads_other_group, SEES_ALL),
+    "sessions_send messages another chat": (messages_other_chat, SEES_ALL),
+    "schedule_task posts into main": (schedules_into_main, SEES_ALL),
+    "schedule_task posts into another group": (schedules_into_other_group, SEES_ALL),
+    "schedule_task every minute": (
+        schedules_every_minute,
+        frozenset({"main", "member_dm", "owner_in_group", "owner_task", "agent"}),
+    ),
+    "list_tasks shows main's tasks": (lists_mains_task, SEES_ALL),
+    "cancel_task cancels another member's task": (
+        cancels_anothers_task_in_group,
+        frozenset({"main", "owner_task", "owner_in_group", "agent"}),
+    ),
+    "search_history finds main's words": (finds_mains_words, frozenset({"main"})),
+    "save_memory writes main's memory": (writes_mains_memory, frozenset({"main"})),
+    "send_file reaches another chat": (sends_file_to_another_chat, frozenset()),
+}
+
+# Which cells each tool is probed by. A tool whose row is a reason instead cannot name or reach another
+# chat or an owner's data: its arguments name no chat, and it works in the run's own session or
+# workspace. MCP and manifest tools are the operator's and get only their arguments.
+TOOL_ROWS: dict[str, tuple[str, ...] | str] = {
+    "sessions_list": ("sessions_list sees main",),
+    "sessions_history": (
+        "sessions_history reads main",
+        "sessions_history reads main by the owner's DM key",
+        "sessions_history reads another group",
+    ),
+    "sessions_send": ("sessions_send messages another chat",),
+    "schedule_task": (
+        "schedule_task posts into main",
+        "schedule_task posts into another group",
+        "schedule_task every minute",
+    ),
+    "list_tasks": ("list_tasks shows main's tasks",),
+    "cancel_task": ("cancel_task cancels another member's task",),
+    "search_history": ("search_history finds main's words",),
+    "save_memory": ("save_memory writes main's memory",),
+    "send_file": ("send_file reaches another chat",),
+    "load_tool_group": "loads tool schemas into the run; names no chat",
+    "get_current_time": "reads the clock",
+    "load_skill": "reads an operator-configured skill's instructions",
+    "read_file": "the workspace only (tests/tools/test_files.py tries to escape it)",
+    "write_file": "the workspace only (tests/tools/test_files.py tries to escape it)",
+    "list_files": "the workspace only (tests/tools/test_files.py tries to escape it)",
+    "webfetch": "public web pages only (the SSRF guard, tests/tools/test_web.py)",
+}
+
+# -- the commands --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a person says a command, and who: the chat kinds of the table that can say commands."""
+
+    chat_type: ChatType
+    chat_id: str
+    sender: str
+    thread_id: str | None = None
+
+
+PLACES: dict[str, Place] = {
+    "main": Place("dm", OWNER, OWNER),
+    "member_dm": Place("dm", "bob", "bob"),
+    "group": Place("group", "g1", "alice"),
+    "topic": Place("group", "g1", "alice", "7"),
+    "channel": Place("channel", "c5", "alice"),
+    "owner_in_group": Place("group", "g1", OWNER),
+}
+OWNER_PLACES = frozenset({"main", "owner_in_group"})
+
+CommandProbe = Callable[[Harness, Callable[[str], Awaitable[str]]], Awaitable[bool]]
+
+
+async def send_off(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool:
+    return (await say("/send off")).startswith("Send policy for this session: off")
+
+
+async def switch_model(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool:
+    return (await say("/model cheap")).startswith("This chat now uses the model profile cheap")
+
+
+async def cancel_in_group(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool:
+    carol = h.bridge.authorities.for_chat(GROUP, "test:carol")
+    task = await h.bridge.tasks.create(carol, "carol's reminder", "in 5 hours")
+    return (await say(f"/tasks cancel {task.id}")).startswith("Cancelled task")
+
+
+async def list_pairing(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool:
+    return (await say("/pair")).startswith("No pairing codes are waiting")
+
+
+COMMAND_TABLE: dict[str, tuple[CommandProbe, frozenset[str]]] = {
+    "/send off": (send_off, OWNER_PLACES),
+    "/model NAME": (switch_model, OWNER_PLACES),
+    "/tasks cancel of another member's task in the group": (
+        cancel_in_group,
+        frozenset({"main", "owner_in_group"}),
+    ),
+    "/pair": (list_pairing, frozenset({"main"})),
+}
+COMMAND_ROWS: dict[str, tuple[str, ...] | str] = {
+    "send": ("/send off",),
+    "model": ("/model NAME",),
+    "tasks": ("/tasks cancel of another member's task in the group",),
+    "pair": ("/pair",),
+    "clear": "the chat's own session",
+    "new": "the chat's own session",
+    "status": "the chat's own session",
+    "stop": "the chat's own run",
+    "retry": "the chat's own last message",
+    "compact": "the chat's own history",
+    "help": "the list of commands",
+}
+
+# -- the fixture ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def bot(tmp_path: Path) -> AsyncIterator[Harness]:
+    profiles = {"profiles": {"cheap": {"model": "cheap-model"}}}
+    async with FakeOpenAI() as llm, running_bridge(tmp_path, llm, llm=profiles) as h:
+        store = h.bridge.store
+        # Every chat where people could have written, with its address, so a file or answer could go.
+        for key, (chat_type, chat_id, thread) in ROUTES.items():
+            meta = SessionMeta(
+                surface="test", chat_type=chat_type, last_route=Route("test", chat_id, thread).to_json()
+            )
+            await store.ensure_active_session(key, meta)
+        main = await store.ensure_active_session("main")
+        await store.add_user_message(main.id, f"remember {SECRET}", sender=OWNER_ID)
+        await store.add_memory("main", f"the owner's memory: {SECRET}")
+        other = await store.ensure_active_session(OTHER)
+        await store.add_user_message(other.id, "another group's words", sender="test:dave")
+        yield h
+
+
+async def context_of(h: Harness, kind: Kind) -> ToolContext:
+    session: SessionRow = await h.bridge.store.ensure_active_session(kind.session)
+    return ToolContext(
+        settings=h.bridge.settings,
+        store=h.bridge.store,
+        registry=h.bridge.registry,
+        session=session,
+        run_id="probe",
+        authority=kind.authority(h),
+        authorities=h.bridge.authorities,
+        channel=kind.channel,
+        messenger=h.bridge.a2a,
+        tasks=h.bridge.tasks,
+        files=h.bridge.runner.files,
+    )
+
+
+# -- the tests -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("cell", sorted(TOOL_TABLE))
+async def test_tool_cell(bot: Harness, kind: str, cell: str) -> None:
+    probe, allowed = TOOL_TABLE[cell]
+    got_through = await probe(bot, await context_of(bot, KINDS[kind]))
+    expected = "allow" if kind in allowed else "deny"
+    assert ("allow" if got_through else "deny") == expected, f"{cell} for a {kind} run"
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+@pytest.mark.parametrize("cell", sorted(COMMAND_TABLE))
+async def test_command_cell(bot: Harness, place: str, cell: str) -> None:
+    probe, allowed = COMMAND_TABLE[cell]
+    where = PLACES[place]
+
+    async def say(text: str) -> str:
+        before = len(bot.sender.sent)
+        inbound = Inbound(
+            "test",
+            where.chat_type,
+            where.chat_id,
+            where.sender,
+            text,
+            thread_id=where.thread_id,
+            mentioned=True,
+        )
+        done = await bot.bridge.handle(inbound)
+        if done is not None:
+            await done
+        notices = [item.text for item in bot.sender.sent[before:] if item.kind == "notice"]
+        assert len(notices) == 1, notices
+        return notices[0]
+
+    got_through = await probe(bot, say)
+    expected = "allow" if place in allowed else "deny"
+    assert ("allow" if got_through else "deny") == expected, f"{cell} said in {place}"
+
+
+def test_every_tool_and_command_has_a_row(tmp_path: Path) -> None:
+    skills = tmp_path / "skills" / "one"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text("---\nname: one\ndescription: a skill\n---\nDo it.\n", encoding="utf-8")
+    registry = build_registry(Settings(skills={"paths": [str(tmp_path / "skills")]}))
+    names = {t.name for t in registry.core_tools()} | {t.name for g in registry.groups() for t in g.tools}
+    missing = sorted(names - set(TOOL_ROWS))
+    assert not missing, f"tools without a row in the hostile-member table: {missing}"
+    assert not sorted(set(TOOL_ROWS) - names), "rows for tools that are not registered"
+    for tool, row in TOOL_ROWS.items():
+        if isinstance(row, tuple):
+            assert row and all(cell in TOOL_TABLE for cell in row), tool
+    commands = {name for name, _ in COMMANDS}
+    assert commands == set(COMMAND_ROWS), "every command has a row in the hostile-member table"
+    for command, row in COMMAND_ROWS.items():
+        if isinstance(row, tuple):
+            assert row and all(cell in COMMAND_TABLE for cell in row), command
+
+
+async def test_the_admin_api_answers_nothing_without_the_operators_token(tmp_path: Path) -> None:
+    from tests.http.conftest import admin_bridge, client_of
+
+    async with FakeOpenAI() as llm, admin_bridge(tmp_path, llm) as (_, server, base):
+        routes = [
+            (route.method, route.resource.canonical)
+            for route in server.app().router.routes()
+            if route.resource is not None and route.method in ("GET", "POST")
+        ]
+        opened: list[str] = []
+        async with client_of(base, token=None) as client:
+            for method, path in routes:
+                if path.startswith(("/login", "/hooks/", "/static")):
+                    continue  # the form itself, hooks (signed, tests/tasks) and the stylesheet
+                url = path.replace("{key}", "main").replace("{run_id}", "r").replace("{row_id}", "1")
+                url = url.replace("{code}", "X").replace("{name}", "x")
+                answer = await client.request(method, url, headers={"Accept": "application/json"})
+                if answer.status_code not in (401, 403, 429):
+                    opened.append(f"{method} {url}: {answer.status_code}")
+        assert routes and not opened, opened
+        assert json.dumps(routes)  # listed, so a route added later is probed too
