@@ -87,7 +87,8 @@ class AdminApi:
         return web.json_response({"ok": True, "said": said})
 
     async def _active(self, request: web.Request) -> SessionRow:
-        key = _key(request)
+        # An owner's DM key names main here as everywhere (bridge.sessions.authority).
+        key = self.bridge.authorities.canonical(_key(request))
         row = await self.bridge.store.active_session(key)
         if row is None:
             raise not_found(f"no session {key}")
