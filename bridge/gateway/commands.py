@@ -12,7 +12,6 @@ from bridge.errors import PairingLimited
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing, minutes_left, who
 from bridge.gateway.policy import Decision, PolicyGate
-from bridge.sessions.keys import MAIN
 from bridge.sessions.service import SessionService
 from bridge.store.base import SessionRow, Store
 from bridge.tasks.scheduler import TaskError, TaskService
@@ -168,7 +167,7 @@ class Commands:
             return "Only an owner of this bot can approve pairing codes."
         if self.pairing is None:
             return "DM pairing is not available here."
-        if key != MAIN:
+        if not self.sessions.authority(key, sender).may_approve_pairing:
             return "Send /pair in your direct chat with the bot."
         if not args.strip():
             waiting = await self.pairing.pending()

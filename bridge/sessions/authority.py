@@ -73,6 +73,12 @@ class Authority:
         """May see, message and deliver to every session: an owner in `main`, and the operator."""
         return self.principal == "operator" or (self.principal == "owner" and self.chat == keys.MAIN)
 
+    @property
+    def may_approve_pairing(self) -> bool:
+        """Approve a stranger's pairing code: an owner in their own DM (main), where nobody else reads
+        the code, or the operator."""
+        return self.is_owner and self.chat == keys.MAIN
+
     def may_see(self, key: str, *, own: str | None = None) -> bool:
         """May read that session's history, list it, or search it. `own` is the session the run is in
         (a task's cron:<id>, a hook's hook:<name>), which it may always read."""
