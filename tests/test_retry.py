@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import discord
@@ -230,8 +231,10 @@ def test_telegram_counts_a_read_timeout_as_maybe_delivered_but_not_a_connect_or_
 
 
 def test_discord_retries_lost_connections_and_5xx_on_send_and_only_a_busy_store_on_intake() -> None:
-    unavailable = SimpleNamespace(status=503, reason="Service Unavailable")
-    forbidden = SimpleNamespace(status=403, reason="Forbidden")
+    # Stand-ins for aiohttp's response; typed as Any, since discord.py's hints name requests' Response
+    # too, which mypy resolves wherever requests is installed (mkdocs brings it).
+    unavailable: Any = SimpleNamespace(status=503, reason="Service Unavailable")
+    forbidden: Any = SimpleNamespace(status=403, reason="Forbidden")
     assert _send_verdict(aiohttp.ServerDisconnectedError()) == RETRY
     assert _send_verdict(ConnectionResetError()) == RETRY
     assert _send_verdict(discord.DiscordServerError(unavailable, "down")) == RETRY

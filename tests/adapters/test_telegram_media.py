@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bridge.config import SendPolicySettings, Settings
-from bridge.config_media import SttSettings
+from bridge.config.media import SttSettings
 from bridge.media.model import loads
 from bridge.store.base import MessageRow
 from tests.adapters.conftest import OWNER, RigFactory, TelegramRig
@@ -284,7 +284,7 @@ async def test_stop_while_a_download_hangs_ends_the_run_as_cancelled_and_the_cha
         tg.dm(OWNER, None, photo=JPEG, caption="look")
         # The file's own request, not only getFile: a /stop before it arrives would leave the hang
         # queued for the next run's download.
-        await tg.wait_for(lambda: tg.download_requests)
+        await tg.wait_for(lambda: bool(tg.download_requests))
         tg.dm(OWNER, "/stop")
         await r.sent_to(OWNER, 1)
         tg.dm(OWNER, "hello?")
