@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from bridge import __version__
 from bridge.cli_admin import check_health, show_admin, start_admin
 from bridge.config import Settings, known_surfaces, mask_url
-from bridge.config_io import load_settings, render_settings, resolve_config_path
+from bridge.config.io import load_settings, render_settings, resolve_config_path
 from bridge.errors import (
     AdapterStartError,
     BridgeError,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bridge.config import Settings
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from bridge.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bridge.cli import main
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from bridge.events import Inbound
 from bridge.gateway.pairing import Pairing
 from bridge.store.backends import store_for

@@ -13,7 +13,7 @@ from typing import TypeVar
 import pytest
 
 from bridge.cli import main
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from bridge.store.backends import store_for
 from bridge.store.tables import DatabaseStore
 from bridge.store.tasks import TaskRow

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, SecretStr
 
 from bridge.config import DEFAULT_SYSTEM_PROMPT, REDACTED, Settings
-from bridge.config_io import load_settings, render_settings
+from bridge.config.io import load_settings, render_settings
 from bridge.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config.example.toml"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config import known_surfaces
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from tests.test_cli import Finished, assert_no_traceback, bridge
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from bridge import cli
 from bridge.config import Settings
-from bridge.config_io import load_settings, render_settings
+from bridge.config.io import load_settings, render_settings
 from bridge.errors import ConfigError
 from bridge.logs import secret_values
 

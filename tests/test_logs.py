@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bridge.config import Settings
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from bridge.errors import ConfigError
 from bridge.logs import LIBRARY_LOGGERS, OWN_LOGGERS, RedactSecrets, secret_values, setup_logging
 

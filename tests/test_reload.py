@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config import Settings
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from bridge.reload import ConfigReloader, restart_needed
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI

@@ -13,7 +13,7 @@ from pathlib import Path
 import mcp.types as mt
 from pydantic import ValidationError
 
-from bridge.config_mcp import McpServerSettings
+from bridge.config.mcp import McpServerSettings
 
 log = logging.getLogger(__name__)
 

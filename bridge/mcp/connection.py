@@ -20,7 +20,7 @@ from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from bridge.config_mcp import McpServerSettings
+from bridge.config.mcp import McpServerSettings
 from bridge.errors import ToolSourceError
 from bridge.mcp import cache
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge.config_mcp import McpServerSettings
+from bridge.config.mcp import McpServerSettings
 from bridge.errors import ManifestError, ToolSourceError
 from bridge.tools.arguments import check_parameters
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolHandler, ToolResult

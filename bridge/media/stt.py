@@ -9,7 +9,7 @@ import re
 
 import httpx
 
-from bridge.config_media import SttSettings
+from bridge.config.media import SttSettings
 from bridge.errors import MediaError
 from bridge.media.model import megabytes
 from bridge.retry import Backoff, RetryableError, parse_retry_after, with_retries

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.config_tasks import HookSettings
+from bridge.config.tasks import HookSettings
 from bridge.store.hooks import HookEvent, HookState, Nonce
 from bridge.store.sessions import new_id
 from bridge.tasks import template

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from bridge.config import Settings
-from bridge.config_media import SttSettings
+from bridge.config.media import SttSettings
 from bridge.media.model import loads
 from tests.adapters.conftest import CHANNEL, RigFactory
 from tests.adapters.conftest import DISCORD_OWNER as OWNER

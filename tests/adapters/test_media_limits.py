@@ -13,7 +13,7 @@ import pytest
 from adapters.console import ConsoleAdapter
 from adapters.console_files import read_local
 from bridge.config import Settings
-from bridge.config_media import SttSettings
+from bridge.config.media import SttSettings
 from bridge.errors import MediaError
 from bridge.media.model import Attachment, loads
 from bridge.store.base import MessageRow

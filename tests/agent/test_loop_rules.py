@@ -11,7 +11,7 @@ import pytest
 
 from bridge.agent.loops import FINAL_REQUEST
 from bridge.agent.trace import format_trace
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from bridge.errors import ConfigError
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.cli_admin import check_health, show_admin
 from bridge.config import Settings
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from bridge.errors import ConfigError
 from bridge.http.auth import COOKIE, token_file
 from bridge.http.server import AdminServer

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.config_io import load_settings
+from bridge.config.io import load_settings
 from bridge.events import Inbound
 from tests.fakes.openai_server import FakeOpenAI, text
 from tests.harness import Harness

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from bridge.config import REDACTED, Settings
-from bridge.config_io import load_settings, render_settings
+from bridge.config.io import load_settings, render_settings
 from bridge.errors import ConfigError
 from bridge.logs import secret_values
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bridge.config_media import SttSettings
+from bridge.config.media import SttSettings
 from bridge.errors import MediaError
 from bridge.media import stt
 from bridge.media.stt import Transcriber

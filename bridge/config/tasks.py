@@ -6,7 +6,7 @@ import re
 
 from pydantic import Field, SecretStr, field_validator
 
-from bridge.config_base import Section
+from bridge.config.base import Section
 from bridge.errors import SessionKeyError
 from bridge.sessions import keys
 from bridge.tasks import template

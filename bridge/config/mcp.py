@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from bridge.config_base import Section
+from bridge.config.base import Section
 
 # Also the group's name in "Available Tool Groups" and a prefix of its tools' names, so it keeps to
 # what a function name may hold (and leaves room in the 64 characters for the tool's own name).

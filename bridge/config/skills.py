@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
-from bridge.config_base import Section
+from bridge.config.base import Section
 from bridge.skills import SkillCatalog, SkillError
 
 

@@ -18,17 +18,17 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from bridge.config_base import Section as _Section
-from bridge.config_base import url_setting
+from bridge.config.base import Section as _Section
+from bridge.config.base import url_setting
 
-# [llm] lives in config_llm; its names stay importable from here, as every caller has them.
-from bridge.config_llm import DEFAULT_PROFILE as DEFAULT_PROFILE
-from bridge.config_llm import LLMProfile as LLMProfile
-from bridge.config_llm import LLMSettings as LLMSettings
-from bridge.config_mcp import McpSettings
-from bridge.config_media import MediaSettings, SttSettings
-from bridge.config_skills import SkillsSettings
-from bridge.config_tasks import HookSettings, TasksSettings, check_hooks
+# [llm] lives in bridge.config.llm; its names stay importable from here, as every caller has them.
+from bridge.config.llm import DEFAULT_PROFILE as DEFAULT_PROFILE
+from bridge.config.llm import LLMProfile as LLMProfile
+from bridge.config.llm import LLMSettings as LLMSettings
+from bridge.config.mcp import McpSettings
+from bridge.config.media import MediaSettings, SttSettings
+from bridge.config.skills import SkillsSettings
+from bridge.config.tasks import HookSettings, TasksSettings, check_hooks
 
 _OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
 # [llm.profiles.NAME]: names owners type after /model; "default" is [llm] itself.
@@ -370,13 +370,13 @@ class Settings(BaseSettings):
     session: SessionSettings = Field(default_factory=SessionSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     tasks: TasksSettings = Field(default_factory=TasksSettings)
-    # [[hooks]]: webhooks, POST /hooks/<name> (see bridge.config_tasks.HookSettings).
+    # [[hooks]]: webhooks, POST /hooks/<name> (see bridge.config.tasks.HookSettings).
     hooks: list[HookSettings] = Field(default_factory=list)
-    # [skills] paths: folders of SKILL.md instructions (see bridge.config_skills, bridge.skills).
+    # [skills] paths: folders of SKILL.md instructions (see bridge.config.skills, bridge.skills).
     skills: SkillsSettings = Field(default_factory=SkillsSettings)
-    # [mcp] and [[mcp.servers]]: MCP servers as tool groups (see bridge.config_mcp).
+    # [mcp] and [[mcp.servers]]: MCP servers as tool groups (see bridge.config.mcp).
     mcp: McpSettings = Field(default_factory=McpSettings)
-    # [media]: attachments users send (see bridge.config_media); [stt]: where voice is transcribed.
+    # [media]: attachments users send (see bridge.config.media); [stt]: where voice is transcribed.
     media: MediaSettings = Field(default_factory=MediaSettings)
     stt: SttSettings = Field(default_factory=SttSettings)
 

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 
-from bridge.config_base import Section as _Section
-from bridge.config_base import url_setting
+from bridge.config.base import Section as _Section
+from bridge.config.base import url_setting
 
 _PROFILE_NAME = re.compile(r"^[a-z0-9_-]+$")
 DEFAULT_PROFILE = "default"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
 
-from bridge.config_base import Section, url_setting
+from bridge.config.base import Section, url_setting
 
 MIB = 1024 * 1024
 
