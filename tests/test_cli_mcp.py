@@ -1,4 +1,4 @@
-"""`bridge mcp list`, and the README's worked example: the notes server in docs/examples."""
+"""`bridge mcp list`, and the worked example of docs/mcp.md: the notes server in docs/examples."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class SQLiteEngine:
     synchronous=NORMAL a commit appends to the WAL without syncing it: 0.02-0.1 ms, less than one
     wake-up of another thread, and a second busy thread would only contend for the GIL. Measured
     with bench/throughput.py on a 2-core VM, against the same group commit on a writer thread: one
-    chat 155-158 -> 238-243 turns/s, 100 chats 236-251 -> 298-378 (README, Performance).
+    chat 155-158 -> 238-243 turns/s, 100 chats 236-251 -> 298-378 (docs/performance.md).
 
     What could hold up the loop goes to the writer thread instead, in order with the rest:
     - a write lock another process holds: the loop's connection never waits for it (busy_timeout

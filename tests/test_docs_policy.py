@@ -1,4 +1,4 @@
-"""The README's three send-policy examples load and decide as the README says."""
+"""The docs' three send-policy examples (docs/send-policy.md) load and decide as the page says."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 from bridge.config import Settings
 from bridge.gateway.policy import Place, SendPolicy
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "send-policy.md"
 
 
 def examples() -> list[SendPolicy]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Where the bot may speak", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
+    text = PAGE.read_text(encoding="utf-8")
+    assert text.startswith("# Where the bot may speak\n")
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
     # The first block shows the shape; the three worked examples follow it.
     return [SendPolicy(Settings(**tomllib.loads(b)).session.send_policy) for b in blocks[1:]]
 
