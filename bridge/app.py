@@ -25,6 +25,9 @@ from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.gateway.presence import Presence
+from bridge.jobs.headless import Headless
+from bridge.jobs.hooks import HookService
+from bridge.jobs.tasks import TaskService
 from bridge.live import LiveEvents
 from bridge.llm.base import Provider
 from bridge.llm.factory import build_provider
@@ -36,9 +39,6 @@ from bridge.sessions.service import SessionService
 from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
 from bridge.store.postgres import PostgresEngine, PostgresStore
-from bridge.tasks.headless import Headless
-from bridge.tasks.hooks import HookService
-from bridge.tasks.scheduler import TaskService
 from bridge.tools.base import ToolGroup
 from bridge.tools.catalog import build_registry
 

@@ -59,7 +59,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _print_list(tasks: list[TaskRow]) -> int:
-    from bridge.tasks.scheduler import TaskService
+    from bridge.tasks.catalog import TaskCatalog
     from bridge.tasks.when import when_text
 
     row = "{:<8}  {:<9}  {:<22}  {:<26}  {}"
@@ -67,7 +67,7 @@ def _print_list(tasks: list[TaskRow]) -> int:
     for task in tasks:
         nxt = when_text(task.next_due, task.zone) if task.next_due is not None else "-"
         print(row.format(task.id, task.state, nxt, task.chat_key, task.deliver_to))
-        print(f"          {TaskService.describe(task)}: {' '.join(task.prompt.split())[:100]}")
+        print(f"          {TaskCatalog.describe(task)}: {' '.join(task.prompt.split())[:100]}")
     if not tasks:
         print("(none)")
     return 0

@@ -39,7 +39,7 @@ from bridge.tools.base import FileSender, SessionMessenger, ToolContext
 from bridge.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
-    from bridge.tasks.scheduler import TaskService
+    from bridge.tasks.catalog import TaskCatalog
 
 log = logging.getLogger(__name__)
 # The one line per finished run, on a logger of its own so `bridge chat` can leave it out.
@@ -76,7 +76,7 @@ class AgentRunner:
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
         self.messenger: SessionMessenger | None = None
         # Scheduled tasks, for the scheduled_tasks tools (set by the Bridge that runs the scheduler).
-        self.tasks: TaskService | None = None
+        self.tasks: TaskCatalog | None = None
         # Where send_file sends (set by the composition root; None: no chat to send to).
         self.files: FileSender | None = None
         # Set by the composition root: where runs, model requests and tool calls are counted, and

@@ -14,7 +14,7 @@ from bridge.gateway.pairing import Pairing, minutes_left, who
 from bridge.gateway.policy import Decision, PolicyGate
 from bridge.sessions.service import SessionService
 from bridge.store.base import SessionRow, Store
-from bridge.tasks.scheduler import TaskError, TaskService
+from bridge.tasks.catalog import TaskCatalog, TaskError
 from bridge.tasks.when import when_text
 from bridge.tools.registry import ToolRegistry
 
@@ -63,7 +63,7 @@ class Commands:
         registry: ToolRegistry,
         gate: PolicyGate,
         pairing: Pairing | None = None,
-        tasks: TaskService | None = None,
+        tasks: TaskCatalog | None = None,
     ) -> None:
         self.gate = gate
         self.pairing = pairing

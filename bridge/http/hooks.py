@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from bridge.jobs.hooks import HookService
 from bridge.jsonutil import loads
-from bridge.tasks.hooks import TIMESTAMP_HEADER, HookService, check, event_key
+from bridge.tasks.hooks import TIMESTAMP_HEADER, check, event_key
 
 if TYPE_CHECKING:
     from bridge.gateway.lifecycle import GuardedAdapter

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, cast, get_args
 
 from bridge.errors import SessionKeyError
+from bridge.events import Route
 
 Scope: TypeAlias = Literal["main", "dm", "group", "channel", "cron", "hook", "node"]
 Kind: TypeAlias = Literal["main", "group", "cron", "hook", "node", "other"]
@@ -270,3 +271,20 @@ def hook(hook_id: str) -> SessionKey:
 def node(node_id: str) -> SessionKey:
     """A node bridge session."""
     return SessionKey("node", id=node_id)
+
+
+def route_of_key(key: str) -> Route | None:
+    """A chat's address from its session key alone, where the key says all of it: groups, topics and
+    channels, and Telegram DMs (a private chat's id is the user's). None for main, other DMs, and
+    anything that is not a valid key."""
+    try:
+        parsed = parse(key)
+    except SessionKeyError:
+        return None
+    if parsed.surface is None or parsed.id is None:
+        return None
+    if parsed.scope == "group":
+        return Route(parsed.surface, parsed.id, parsed.thread_id)
+    if parsed.scope == "channel" or (parsed.scope == "dm" and parsed.surface == "telegram"):
+        return Route(parsed.surface, parsed.id)
+    return None

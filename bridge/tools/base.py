@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.sessions.authority import Authorities, Authority
     from bridge.store.base import SessionRow, Store
-    from bridge.tasks.scheduler import TaskService
+    from bridge.tasks.catalog import TaskCatalog
     from bridge.tools.registry import ToolRegistry
 
 
@@ -83,7 +83,7 @@ class ToolContext:
     channel: str | None = None
     messenger: SessionMessenger | None = None
     # Scheduled tasks (the scheduled_tasks group); None where the bot runs no scheduler.
-    tasks: TaskService | None = None
+    tasks: TaskCatalog | None = None
     # Skills loaded in earlier turns (restored from history) and by load_skill in this run: their
     # instructions are in the system prompt of every later request.
     loaded_skills: set[str] = field(default_factory=set)

@@ -16,15 +16,10 @@ import httpx
 import pytest
 
 from bridge.events import Inbound
+from bridge.jobs.hooks import EVENTS_PER_PASS, HookService
 from bridge.sessions.keys import kind
 from bridge.store.hooks import HOOK_STATES, HookEvent
-from bridge.tasks.hooks import (
-    EVENTS_PER_PASS,
-    IDEMPOTENCY_HEADER,
-    TIMESTAMP_HEADER,
-    HookService,
-    signature,
-)
+from bridge.tasks.hooks import IDEMPOTENCY_HEADER, TIMESTAMP_HEADER, signature
 from tests.fakes.openai_server import FakeOpenAI, Reply, http_error, text
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of

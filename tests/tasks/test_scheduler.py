@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bridge.jobs.tasks import TaskService
 from bridge.sessions.authority import Authority
 from bridge.store.tasks import TaskRow
-from bridge.tasks.scheduler import TaskService
 from tests.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
 from tests.harness import Harness, running_bridge
 from tests.tasks.chat import T0, Clock, in_group, scheduling

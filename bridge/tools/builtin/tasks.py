@@ -10,7 +10,7 @@ from pydantic import Field
 from bridge.errors import SessionKeyError
 from bridge.sessions import keys
 from bridge.store.tasks import TaskRow
-from bridge.tasks.scheduler import TaskError, TaskService
+from bridge.tasks.catalog import TaskCatalog, TaskError
 from bridge.tools.arguments import Arguments, Text, typed_tool
 from bridge.tools.base import ToolContext, ToolGroup, ToolResult
 
@@ -39,7 +39,7 @@ class CancelTaskArgs(Arguments):
     task_id: Text = Field(description="The task's id, as schedule_task or list_tasks gave it")
 
 
-def task_dict(service: TaskService, task: TaskRow) -> dict[str, Any]:
+def task_dict(service: TaskCatalog, task: TaskRow) -> dict[str, Any]:
     nxt = task.next_due
     return {
         "task_id": task.id,
@@ -63,7 +63,7 @@ def _chat_problem(key: str) -> str | None:
     return None
 
 
-def _service(ctx: ToolContext) -> TaskService | ToolResult:
+def _service(ctx: ToolContext) -> TaskCatalog | ToolResult:
     if ctx.tasks is None:
         return ToolResult.error("unavailable", "Scheduled tasks are not available here.")
     return ctx.tasks

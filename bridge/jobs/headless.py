@@ -7,10 +7,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from bridge.errors import SessionKeyError
 from bridge.events import Outbound, Route
-from bridge.sessions import keys
 from bridge.sessions.authority import Authority
+from bridge.sessions.keys import route_of_key
 from bridge.store.base import OutboxItem
 from bridge.store.tables import DatabaseStore
 
@@ -31,22 +30,6 @@ class Outcome:
     run_id: str
     # Why it failed, in a line for the log, the firing's record and the chat.
     detail: str | None = None
-
-
-def route_of_key(key: str) -> Route | None:
-    """A chat's address from its session key alone, where the key says all of it: groups, topics and
-    channels, and Telegram DMs (a private chat's id is the user's). None for main and other DMs."""
-    try:
-        parsed = keys.parse(key)
-    except SessionKeyError:
-        return None
-    if parsed.surface is None or parsed.id is None:
-        return None
-    if parsed.scope == "group":
-        return Route(parsed.surface, parsed.id, parsed.thread_id)
-    if parsed.scope == "channel" or (parsed.scope == "dm" and parsed.surface == "telegram"):
-        return Route(parsed.surface, parsed.id)
-    return None
 
 
 class Headless:

@@ -13,8 +13,8 @@ from bridge.sessions.authority import Authorities
 
 if TYPE_CHECKING:
     from bridge.config import Settings
+    from bridge.jobs.headless import Headless
     from bridge.store.tables import DatabaseStore
-    from bridge.tasks.headless import Headless
 
 log = logging.getLogger(__name__)
 

@@ -1,19 +1,27 @@
-"""Scheduled tasks: made by the agent's tools, fired once per due time in a `cron:<id>` session, and
-answered through the outbox under the target chat's send policy."""
+"""The runner of scheduled tasks: each due time fired once, in a `cron:<id>` session, acting with the
+authority of whoever made the task, and answered through the outbox under the target chat's send
+policy. Making, listing and cancelling tasks is the catalogue's (bridge.tasks.catalog)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from bridge.sessions.authority import Authority
+from bridge.jobs.loop import DueLoop
 from bridge.sessions.keys import cron
 from bridge.store.sessions import new_id
 from bridge.store.tasks import FiringRow, FiringState, TaskRow
-from bridge.tasks.loop import DueLoop
-from bridge.tasks.when import Schedule, WhenError, next_fire, parse_when, shortest_gap, when_text
+from bridge.tasks.catalog import TaskCatalog
+from bridge.tasks.when import next_fire, when_text
+
+if TYPE_CHECKING:
+    from bridge.config import Settings
+    from bridge.jobs.headless import Headless
+    from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +32,6 @@ TASK_CHANNEL = "task"
 ANSWERED = ("ok", "stopped")
 # A cron task down for ages is caught up by walking its due times up to now, this many at most.
 MAX_WALK = 10_000
-
-
-class TaskError(Exception):
-    """Why a task cannot be made or changed, in words the model (and the person) can act on."""
 
 
 def task_prompt(task: TaskRow, due: float) -> str:
@@ -44,129 +48,22 @@ def _own_route(task: TaskRow) -> str | None:
     return task.route if task.chat_key == task.deliver_to else None
 
 
-class TaskService(DueLoop):
-    """Makes, lists and cancels tasks for the tools, commands and CLI; fires them from a loop."""
+class TaskService(DueLoop, TaskCatalog):
+    """The task catalogue (made, listed and cancelled by the tools, commands and CLI), fired from a
+    loop. The tools see it as a TaskCatalog only."""
 
     name = "tasks"
 
-    # ------------------------------------------------------------------ for the tools and commands
-
-    def now(self) -> datetime:
-        return datetime.fromtimestamp(self.clock(), UTC)
-
-    async def create(
-        self, authority: Authority, prompt: str, when: str, deliver_to: str | None = None
-    ) -> TaskRow:
-        """A new task made by a run acting with `authority`, answering in `deliver_to` (default: the
-        chat it acts in). Its firings act with that authority; it counts against the chat where the
-        chain began, and, for a member, against what that member may have waiting there."""
-        if not prompt.strip():
-            raise TaskError("The prompt is empty: say what the task should do when it runs.")
-        target = deliver_to or authority.chat
-        if not authority.may_deliver_to(target):
-            # Said as for a chat that does not exist: other chats' existence is not leaked either.
-            raise TaskError(
-                f"A task made here can only post in this chat, not in '{target}'. Leave deliver_to out."
-            )
-        try:
-            schedule = parse_when(when, now=self.now(), default_zone=self.settings.agent.timezone)
-        except WhenError as exc:
-            raise TaskError(str(exc)) from None
-        first = next_fire(schedule, self.now())
-        if first is None:
-            raise TaskError(f"'{when}' never comes: give a time in the future.")
-        rules = self.settings.tasks
-        if authority.member_rules:
-            self._member_may(schedule, rules.members_recurring, rules.member_min_interval_s)
-        route = await self.headless.route(target)
-        task = TaskRow(
-            id=secrets.token_hex(4),
-            chat_key=authority.origin,
-            deliver_to=target,
-            prompt=prompt.strip(),
-            kind=schedule.kind,
-            expression=schedule.expression,
-            zone=schedule.zone,
-            state="active",
-            created_at=self.clock(),
-            next_due=first.timestamp(),
-            route=None if route is None else route.to_json(),
-            authority=authority.to_json(),
-            maker=authority.person,
-        )
-        per_member = rules.max_per_member if authority.member_rules else None
-        added = await self.store.add_task(task, max_per_chat=rules.max_per_chat, max_per_maker=per_member)
-        if added == "chat_full":
-            raise TaskError(
-                f"This chat already has {rules.max_per_chat} scheduled tasks, the most it may have "
-                "([tasks] max_per_chat). Cancel one with cancel_task first."
-            )
-        if added == "maker_full":
-            raise TaskError(
-                f"You already have {rules.max_per_member} scheduled tasks waiting in this chat, the most "
-                "a member may have ([tasks] max_per_member). Cancel one with cancel_task first."
-            )
-        self.wake()
-        return task
-
-    def _member_may(self, schedule: Schedule, recurring: bool, min_interval_s: float) -> None:
-        """The members' rule in a shared chat: one-shot tasks, recurring ones only where the config
-        allows them, and never more often than it allows."""
-        if schedule.kind == "once":
-            return
-        if not recurring:
-            raise TaskError(
-                "In a shared chat only an owner may make a recurring task; members may schedule "
-                "one-time reminders ('tomorrow 9:00', 'in 2 hours')."
-            )
-        gap = shortest_gap(schedule, self.now())
-        if gap is not None and gap < min_interval_s:
-            raise TaskError(
-                f"That would run every {gap / 60:g} minutes; in a shared chat a member's task may run "
-                f"at most every {min_interval_s / 60:g} minutes ([tasks] member_min_interval_s)."
-            )
-
-    async def tasks_of(self, chat_key: str | None, *, live_only: bool = True) -> list[TaskRow]:
-        """Tasks made in or delivered to a chat (all chats' for None): live ones, or all."""
-        return await self.store.list_tasks(chat_key, live_only=live_only)
-
-    async def cancel(self, task_id: str, authority: Authority) -> TaskRow:
-        """Cancel a live task: its maker and the owners may, in the chat it was made in or posts in
-        (the operator anywhere). One rule for the tool, /tasks cancel and the CLI."""
-        task = await self.store.get_task(task_id.strip())
-        live = task is not None and task.state in ("active", "paused")
-        if task is None or not live or not authority.may_see_task(task.chat_key, task.deliver_to):
-            raise TaskError(f"No scheduled task {task_id} here. list_tasks shows this chat's tasks.")
-        if not authority.may_cancel(maker=task.maker, chat=task.chat_key, deliver_to=task.deliver_to):
-            raise TaskError(
-                f"Task {task.id} was made by someone else: only they or an owner of this bot can cancel it."
-            )
-        ended = await self.store.end_task(task.id, "cancelled")
-        if ended is None:
-            raise TaskError(f"Task {task_id} has just ended.")
-        return ended
-
-    async def request_run(self, task_id: str) -> TaskRow:
-        """Ask for a firing now, outside the schedule (`bridge tasks run-now`, from any process): the
-        running bot fires it within a few seconds, once, and the schedule stays as it is."""
-        task = await self.store.request_run(task_id.strip(), self.clock())
-        if task is None:
-            raise TaskError(f"No live task {task_id}; `bridge tasks list` shows them.")
-        self.wake()
-        return task
-
-    @staticmethod
-    def schedule_of(task: TaskRow) -> Schedule:
-        return Schedule(task.kind, task.expression, task.zone)  # type: ignore[arg-type]
-
-    @staticmethod
-    def describe(task: TaskRow) -> str:
-        """The task's schedule in words; one that cannot be read (the loop pauses such a task) is
-        shown as written, so listings never fail on it."""
-        try:
-            return TaskService.schedule_of(task).describe()
-        except WhenError:
-            return f"unreadable schedule `{task.expression}` ({task.zone})"
+    def __init__(
+        self,
+        settings: Settings,
+        store: DatabaseStore,
+        headless: Headless,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        DueLoop.__init__(self, settings, store, headless, clock=clock)
+        TaskCatalog.__init__(self, settings, store, clock=clock)
 
     # ------------------------------------------------------------------ the loop
 
