@@ -1,18 +1,14 @@
 """Throughput over HTTP: Bridge in process, the instant model in another process, 100 chats × 20 turns.
 
-Once on the SQLite file and once on a PostgreSQL server that it starts for the run (tests/pg.py),
-where PostgreSQL is installed.
+Once on the SQLite file and once on a PostgreSQL server that it starts for the run
+(devkit/postgres.py), where PostgreSQL and psycopg are installed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +16,13 @@ from bench.common import percentile, table, write_results
 from bench.throughput import NullSender, one_session_timed
 from bridge.app import Bridge
 from bridge.config import Settings
+from devkit.instant_model import instant_model
+from devkit.postgres import postgres_server, unavailable
 
 SESSIONS, TURNS = 100, 20
 SMOKE_SESSIONS, SMOKE_TURNS = 5, 3
 # 20 times the 8 turns/s nanobot 0.3.5 does on these machines with the same workload.
 TARGET_TURNS_PER_S = 160
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def instant_model() -> AsyncIterator[str]:
-    """The instant model in a process of its own; its base URL."""
-    port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.instant_model", str(port), stdout=asyncio.subprocess.PIPE
-    )
-    try:
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 30)
-        assert line.strip() == b"ready", line
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        await process.wait()
 
 
 def settings_for(folder: Path, base_url: str, sessions: int, url: str | None = None) -> Settings:
@@ -87,20 +62,14 @@ async def measure(sessions: int, turns: int, url: str | None = None) -> dict[str
 async def run(smoke: bool = False) -> dict[str, Any]:
     size = (SMOKE_SESSIONS, SMOKE_TURNS) if smoke else (SESSIONS, TURNS)
     results = [await measure(*size)]
-    try:
-        # The tests' private server (initdb and pg_ctl in a temp folder); it needs the test extras.
-        from tests.pg import pg_bindir, postgres_server
-    except ImportError:
-        print("PostgreSQL figures need the test extras (pip install -e '.[test]'): SQLite only")
+    if reason := unavailable():
+        print(f"PostgreSQL figures skipped, measured on SQLite only: {reason}")
     else:
-        if pg_bindir() is None:
-            print("PostgreSQL is not installed here: measured on SQLite only")
-        else:
-            with postgres_server() as server:
-                results.append(await measure(*size, url=server.database()))
+        with postgres_server() as server:
+            results.append(await measure(*size, url=server.database()))
     print(
         table(
-            "Over HTTP: the instant model in another process (bench/instant_model.py), each turn a tool "
+            "Over HTTP: the instant model in another process (devkit/instant_model.py), each turn a tool "
             "call then a reply, two model requests; one worker",
             ["store", "sessions", "turns", "seconds", "turns/s", "turn p50 ms", "turn p99 ms"],
             [list(r.values()) for r in results],

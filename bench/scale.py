@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import table, write_results
-from bench.http_throughput import instant_model
+from devkit.instant_model import instant_model
+from devkit.postgres import postgres_server, unavailable
+
+# The tests' fake Bot API and process helpers: they need aiohttp alone (no pytest, no psycopg), so they
+# import from a checkout with just the `bench` extra.
+from tests.fakes.telegram_api import FakeTelegram
+from tests.processes import kill9, start_bridge
 
 CHATS, TURNS = 100, 20
 SMOKE_CHATS, SMOKE_TURNS = 5, 2
@@ -31,8 +37,6 @@ REPLY = "answer to "
 
 @contextlib.asynccontextmanager
 async def started_workers(folder: Path, config: Path, n: int) -> AsyncIterator[list[Any]]:
-    from tests.processes import start_bridge
-
     processes: list[asyncio.subprocess.Process] = []
     drains: list[asyncio.Task[None]] = []
     try:
@@ -107,8 +111,6 @@ async def measure(
 
 async def failover(tg: Any, model_url: str, url: str) -> float:
     """Seconds from a kill -9 of the polling worker to the next getUpdates, with two others running."""
-    from tests.processes import kill9
-
     with tempfile.TemporaryDirectory(prefix="bridge-scale-") as tmp:
         folder = Path(tmp)
         config = write_config(folder, tg, model_url, f'url = "{url}"')
@@ -126,12 +128,6 @@ async def _until(done: Any, timeout: float) -> None:  # noqa: ASYNC109
 
 
 async def run(smoke: bool = False) -> dict[str, Any]:
-    try:
-        from tests.fakes.telegram_api import FakeTelegram
-        from tests.pg import pg_bindir, postgres_server
-    except ImportError:
-        print("the scale bench needs the test extras (pip install -e '.[test]'); skipped")
-        return {}
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     chats, turns = (SMOKE_CHATS, SMOKE_TURNS) if smoke else (CHATS, TURNS)
     results: list[dict[str, Any]] = []
@@ -141,8 +137,8 @@ async def run(smoke: bool = False) -> dict[str, Any]:
             async with FakeTelegram() as tg:
                 storage = f'path = "{Path(tmp) / "bridge.db"}"'
                 results.append(await measure(tg, model_url, 1, chats, turns, storage))
-        if pg_bindir() is None:
-            print("PostgreSQL is not installed here: SQLite only")
+        if reason := unavailable():
+            print(f"PostgreSQL figures skipped, SQLite only: {reason}")
         else:
             with postgres_server() as server:
                 # A fresh database and Bot API for each count: no run starts with another's history.

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 NAMES = ["schema_tokens", "restore_cost", "throughput", "http_throughput", "memory", "round_trips", "scale"]
 
@@ -30,3 +32,41 @@ def test_every_benchmark_runs_in_smoke_mode_and_writes_its_figures(tmp_path: Pat
     on, off = trips["results"]
     assert on["not_available_errors"] == 0 and off["not_available_errors"] > 0
     assert "all done in" in done.stdout
+
+
+# `python -m bench` in a process where these cannot be imported, as in a venv with only the `bench` extra.
+WITHOUT = """
+import runpy, sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None
+sys.argv = ["bench", *sys.argv[2:]]
+runpy.run_module("bench", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        # The `bench` extra alone: neither psycopg nor pytest.
+        "psycopg,psycopg_pool,pytest",
+        # pytest there (say, from another project) but not psycopg: this one crashed with
+        # ModuleNotFoundError on a machine with PostgreSQL's server programs.
+        "psycopg,psycopg_pool",
+    ],
+)
+def test_without_psycopg_the_postgresql_figures_are_skipped_with_a_note(tmp_path: Path, missing: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT, missing, "--smoke", "--only", "http_throughput", "scale"],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "BRIDGE_BENCH_RESULTS": str(tmp_path), "NO_PROXY": "127.0.0.1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    notes = [line for line in done.stdout.splitlines() if "PostgreSQL figures skipped" in line]
+    assert len(notes) == 2 and all("pip install -e '.[bench,postgresql]'" in note for note in notes), notes
+    # The SQLite figures are taken all the same, the several-workers one included.
+    for name in ("http_throughput", "scale"):
+        data = json.loads((tmp_path / f"{name}.smoke.json").read_text())
+        assert [r["store"] for r in data["results"]] == ["sqlite"]

@@ -1,18 +1,24 @@
-"""`python -m bench.instant_model PORT`: an OpenAI-compatible model that answers at once, in its own process.
+"""`python -m devkit.instant_model PORT`: an OpenAI-compatible model that answers at once, in its own
+process; `instant_model()` starts one for a block.
 
-The HTTP benchmark's model: one tool call on a turn's first request, then a final reply, and a
-short summary when asked to compact (a request without tools). Nothing is computed, so what the
+The HTTP and scale-out benchmarks' model: one tool call on a turn's first request, then a final reply,
+and a short summary when asked to compact (a request without tools). Nothing is computed, so what the
 benchmark measures is Bridge and the HTTP between them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
+
+from devkit.ports import free_port
 
 _ids = itertools.count()
 
@@ -48,6 +54,23 @@ def main() -> None:
     app.router.add_post("/v1/chat/completions", completions)
     # The parent reads this line to know the server is up.
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda _: print("ready", flush=True))
+
+
+@contextlib.asynccontextmanager
+async def instant_model() -> AsyncIterator[str]:
+    """The instant model in a process of its own, for the block; its base URL."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "devkit.instant_model", str(port), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 30)
+        assert line.strip() == b"ready", line
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        await process.wait()
 
 
 if __name__ == "__main__":
