@@ -18,7 +18,8 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
 from adapters import discord_media
-from bridge.config import DiscordSettings, Settings
+from bridge.config import Settings
+from bridge.config.platforms import DiscordSettings
 from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import ChatType, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS

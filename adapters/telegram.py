@@ -40,7 +40,8 @@ from adapters.telegram_updates import (
     WebhookServer,
     close_quietly,
 )
-from bridge.config import Settings, TelegramSettings
+from bridge.config import Settings
+from bridge.config.platforms import TelegramSettings
 from bridge.errors import AdapterStartError
 from bridge.events import Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from bench.common import table
-from bridge.config import LLMSettings
+from bridge.config.llm import LLMSettings
 from bridge.llm.base import ChatMessage
 from bridge.llm.openai import OpenAIProvider
 

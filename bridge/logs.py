@@ -12,7 +12,8 @@ from urllib.parse import unquote
 
 from pydantic import BaseModel, SecretStr
 
-from bridge.config import REDACTED, Settings, url_userinfo
+from bridge.config import Settings
+from bridge.config.base import REDACTED, url_userinfo
 
 # Shorter "secrets" would redact ordinary words in log lines.
 MIN_SECRET_LEN = 6

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from bridge.config import DEFAULT_SYSTEM_PROMPT, REDACTED, Settings
+from bridge.config import Settings
+from bridge.config.agent import DEFAULT_SYSTEM_PROMPT
+from bridge.config.base import REDACTED
 from bridge.config.io import load_settings, render_settings
 from bridge.errors import ConfigError
 

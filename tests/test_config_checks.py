@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import known_surfaces
 from bridge.config.io import load_settings
+from bridge.config.platforms import known_surfaces
 from tests.test_cli import Finished, assert_no_traceback, bridge
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bridge.agent.history import truncate
-from bridge.config import LoopSettings
+from bridge.config.agent import LoopSettings
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.textmode import without_calls

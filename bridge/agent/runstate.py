@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from bridge.agent.trace import RunTrace
-from bridge.config import DEFAULT_PROFILE
+from bridge.config.llm import DEFAULT_PROFILE
 from bridge.llm.base import ChatMessage, Completion, Provider, TextSink
 from bridge.llm.profiles import Fallback
 from bridge.media.parts import ImageReader

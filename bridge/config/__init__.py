@@ -1,8 +1,10 @@
 """Settings (layer 10): a TOML file overridden by BRIDGE_<SECTION>__<KEY> environment variables.
 
-`settings.py` is the root, `Settings`; each section has a module of its own (`llm`, `mcp`, `media`,
-`skills`, `tasks`, ...), on `base.py` (`Section`, URL checks); `io.py` reads TOML and the environment
-into Settings and renders them back, secrets redacted. Import a name from its module; `Settings`
+`settings.py` is the root, `Settings`, and each section has a module of its own: `platforms`
+([telegram], [discord], access), `llm`, `agent`, `runs` ([runs], [delivery]), `session` (send policy),
+`storage`, `tools`, `admin`, `tasks` ([tasks], [[hooks]]), `skills`, `mcp`, `media` ([media], [stt]);
+all on `base.py` (`Section`, URL checks and redaction). `io.py` reads TOML and the environment into
+Settings and renders them back, secrets redacted. Import a name from its module; `Settings`
 and the names below stay importable from `bridge.config` itself.
 
 May import pydantic and the base modules (`bridge.errors`, `bridge.text`, ...), nothing above.
@@ -10,40 +12,32 @@ Not yet: `tasks.py` checks a hook's session keys and prompt with `bridge.session
 `bridge.tasks.template`, and `skills.py` reads the skills with `bridge.skills`, when the config loads.
 """
 
-from bridge.config.settings import (
+from bridge.config.admin import AdminSettings
+from bridge.config.agent import DEFAULT_SYSTEM_PROMPT, AgentSettings, LoopSettings
+from bridge.config.base import REDACTED, is_loopback, mask_url, url_userinfo
+from bridge.config.llm import DEFAULT_PROFILE, LLMProfile, LLMSettings
+from bridge.config.mcp import McpSettings
+from bridge.config.media import MediaSettings, SttSettings
+from bridge.config.platforms import (
     ADAPTER_GROUP,
-    DEFAULT_PROFILE,
-    DEFAULT_SYSTEM_PROMPT,
-    REDACTED,
     AccessSettings,
-    AdminSettings,
-    AgentSettings,
-    AgentToAgentSettings,
-    DeliverySettings,
     DiscordSettings,
-    HookSettings,
-    LLMProfile,
-    LLMSettings,
-    LoopSettings,
-    McpSettings,
-    MediaSettings,
+    TelegramSettings,
+    known_surfaces,
+)
+from bridge.config.runs import DeliverySettings, RunsSettings
+from bridge.config.session import (
+    AgentToAgentSettings,
     RuleMatch,
-    RunsSettings,
     SendPolicySettings,
     SendRule,
     SessionSettings,
-    Settings,
-    SkillsSettings,
-    StorageSettings,
-    SttSettings,
-    TasksSettings,
-    TelegramSettings,
-    ToolsSettings,
-    is_loopback,
-    known_surfaces,
-    mask_url,
-    url_userinfo,
 )
+from bridge.config.settings import Settings
+from bridge.config.skills import SkillsSettings
+from bridge.config.storage import StorageSettings
+from bridge.config.tasks import HookSettings, TasksSettings
+from bridge.config.tools import ToolsSettings
 
 __all__ = [
     "ADAPTER_GROUP",

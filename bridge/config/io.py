@@ -11,7 +11,9 @@ from typing import Any, get_origin
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic_settings import SettingsError
 
-from bridge.config.settings import REDACTED, LLMProfile, Settings, mask_url
+from bridge.config.base import REDACTED, mask_url
+from bridge.config.llm import LLMProfile
+from bridge.config.settings import Settings
 from bridge.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("config.toml")

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from bridge.config import AccessSettings, Settings
+from bridge.config import Settings
+from bridge.config.platforms import AccessSettings
 from bridge.events import Inbound
 
 REFUSAL_INTERVAL_S = 3600.0

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import RETRY_HINT, AgentRunner
 from bridge.agent.runstate import CUT_SHORT_ERROR, MediaReader
-from bridge.config import RunsSettings
+from bridge.config.runs import RunsSettings
 from bridge.errors import IntakeUnavailable, StoreError
 from bridge.events import Inbound, Outbound, Route
 from bridge.gateway.access import AccessPolicy, Verdict, refusal_text

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from aiohttp import web
 
-from bridge.config import known_surfaces
+from bridge.config.platforms import known_surfaces
 from bridge.http.pages import Pages
 from bridge.http.views import (
     SessionFilter,

@@ -13,8 +13,8 @@ import tomlkit
 from aiohttp import web
 from pydantic import ValidationError
 
-from bridge.config import SendPolicySettings
 from bridge.config.io import settings_from_toml
+from bridge.config.session import SendPolicySettings
 from bridge.errors import ConfigError, SessionKeyError
 from bridge.gateway.policy import Place, SendPolicy
 from bridge.http.replies import body_of

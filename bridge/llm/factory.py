@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.config import LLMSettings
+from bridge.config.llm import LLMSettings
 from bridge.llm.anthropic import AnthropicProvider
 from bridge.llm.base import Provider
 from bridge.llm.openai import OpenAIProvider

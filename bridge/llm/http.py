@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 
-from bridge.config import REDACTED, LLMSettings, mask_url
+from bridge.config.base import REDACTED, mask_url
+from bridge.config.llm import LLMSettings
 from bridge.errors import ProviderError
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, Completion, TextSink

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.config import DEFAULT_PROFILE, LLMSettings
+from bridge.config.llm import DEFAULT_PROFILE, LLMSettings
 from bridge.errors import ProviderError
 from bridge.llm.base import ChatMessage, Completion, Provider, TextSink
 from bridge.llm.factory import build_provider

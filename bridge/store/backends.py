@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.config import StorageSettings
+from bridge.config.storage import StorageSettings
 from bridge.store.tables import DatabaseStore
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from bridge.config import mask_url
+from bridge.config.base import mask_url
 from bridge.errors import StoreError
 from bridge.store.cache import ActiveSessions
 from bridge.store.engine import Conn, Cursor, Params, Work

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.config import mask_url
+from bridge.config.base import mask_url
 from bridge.errors import StoreError
 from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import SQLiteStore

@@ -16,7 +16,7 @@ import pytest
 
 from adapters.telegram import TelegramAdapter, webhook_secret_of
 from adapters.telegram_updates import BACKOFF_BASE_S, SECRET_HEADER
-from bridge.config import TelegramSettings
+from bridge.config.platforms import TelegramSettings
 from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import Inbound, Outbound, Route
 from tests.fakes.loopback import closed_port

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bridge.config import SendPolicySettings, Settings
+from bridge.config import Settings
 from bridge.config.media import SttSettings
+from bridge.config.session import SendPolicySettings
 from bridge.media.model import loads
 from bridge.store.base import MessageRow
 from tests.adapters.conftest import OWNER, RigFactory, TelegramRig

@@ -15,7 +15,7 @@ import pytest
 
 from adapters.telegram import TelegramAdapter
 from bridge.app import Bridge
-from bridge.config import SessionSettings
+from bridge.config.session import SessionSettings
 from bridge.store.base import OutboxRow
 from tests.adapters.conftest import GROUP, OWNER, TelegramRig, telegram_settings
 from tests.fakes import openai_server as fake

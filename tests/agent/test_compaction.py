@@ -11,7 +11,7 @@ from typing import Any
 from bridge.agent.compaction import SUMMARY_SYSTEM, choose
 from bridge.agent.history import Turn, split_turns
 from bridge.agent.trace import format_trace
-from bridge.config import AgentSettings
+from bridge.config.agent import AgentSettings
 from bridge.llm.base import ChatMessage
 from bridge.store.base import NewSummary, ToolExchange
 from bridge.store.sqlite import SQLiteStore

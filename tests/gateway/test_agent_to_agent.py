@@ -8,7 +8,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from bridge.config import SendPolicySettings
+from bridge.config.session import SendPolicySettings
 from bridge.events import Inbound
 from bridge.tools.base import ToolContext
 from bridge.tools.builtin.sessions import sessions_history

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bridge.config import SendPolicySettings
+from bridge.config.session import SendPolicySettings
 from bridge.gateway.policy import Place, SendPolicy
 
 

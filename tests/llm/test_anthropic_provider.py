@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from bridge.app import Bridge
-from bridge.config import LLMSettings
+from bridge.config.llm import LLMSettings
 from bridge.errors import ProviderError
 from bridge.events import Inbound
 from bridge.llm.anthropic import AnthropicProvider

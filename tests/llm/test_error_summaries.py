@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import LLMSettings
+from bridge.config.llm import LLMSettings
 from bridge.errors import ProviderError
 from bridge.llm.base import ChatMessage
 from bridge.llm.openai import OpenAIProvider

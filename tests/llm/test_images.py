@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bridge.config import LLMSettings
+from bridge.config.llm import LLMSettings
 from bridge.llm.anthropic import AnthropicProvider
 from bridge.llm.base import ChatMessage, Image, Provider, ToolCall
 from bridge.llm.factory import build_provider

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from bridge.config import LLMSettings
+from bridge.config.llm import LLMSettings
 from bridge.errors import ProviderError
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.openai import OpenAIProvider

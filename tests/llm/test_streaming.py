@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bridge.config import LLMSettings
+from bridge.config.llm import LLMSettings
 from bridge.llm.anthropic import AnthropicStream
 from bridge.llm.base import ChatMessage
 from bridge.llm.holdback import HoldBack, shown_part

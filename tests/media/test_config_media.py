@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bridge.config import REDACTED, Settings
+from bridge.config import Settings
+from bridge.config.base import REDACTED
 from bridge.config.io import load_settings, render_settings
 from bridge.errors import ConfigError
 from bridge.logs import secret_values
