@@ -17,6 +17,7 @@ from bridge.config import Settings
 from bridge.errors import IntakeUnavailable
 from bridge.events import Inbound, InboundHandler, Outbound, Route
 from bridge.media.model import Attachment
+from bridge.platform import Adapter
 
 CONSOLE_USER = "local"
 CONSOLE_OWNER = f"console:{CONSOLE_USER}"
@@ -43,7 +44,7 @@ def _line_editor() -> ModuleType | None:
     return readline
 
 
-class ConsoleAdapter:
+class ConsoleAdapter(Adapter):
     """Reads lines until EOF; each line is one turn, answered before the next line is read."""
 
     surface = "console"

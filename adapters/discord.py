@@ -24,6 +24,7 @@ from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import ChatType, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.media.model import Attachment
+from bridge.platform import Adapter
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, with_retries
 from bridge.text import split_message
 
@@ -63,7 +64,7 @@ def point_discord_at(api_base: str | None, gateway_url: str | None) -> None:
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
 
 
-class DiscordAdapter:
+class DiscordAdapter(Adapter):
     """One bot account over the gateway; everything it sends pings no one."""
 
     surface = "discord"

@@ -46,6 +46,7 @@ from bridge.errors import AdapterStartError
 from bridge.events import Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.media.model import Attachment
+from bridge.platform import Adapter
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after, with_retries
 from bridge.serving import ConnectionLimits
 from bridge.text import split_message, utf16_len
@@ -114,7 +115,7 @@ def webhook_secret_of(token: str) -> str:
     return hmac.new(token.encode(), b"bridge: telegram webhook secret", hashlib.sha256).hexdigest()
 
 
-class TelegramAdapter:
+class TelegramAdapter(Adapter):
     """One bot: long polling (or a webhook) in, Bot API calls out."""
 
     surface = "telegram"

@@ -26,6 +26,7 @@ from bridge.app import Bridge
 from bridge.config import Settings
 from bridge.events import Inbound, Outbound, Route
 from bridge.localmodel import DEFAULT_PORT, MODEL_ALIAS, LocalModel, Mode, Running, is_local_model_url
+from bridge.platform import Sender
 from bridge.store.base import RunRow
 from bridge.tools.registry import normalize_group_name
 
@@ -117,7 +118,7 @@ SCENARIOS: dict[str, list[Turn]] = {
 
 
 @dataclass
-class ReplyRecorder:
+class ReplyRecorder(Sender):
     """A Sender that keeps the replies; tool activity and notices are dropped."""
 
     surface: str = SURFACE

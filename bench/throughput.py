@@ -16,6 +16,7 @@ from bridge.app import Bridge
 from bridge.config import Settings
 from bridge.events import Inbound, Outbound, Route
 from bridge.llm.base import ChatMessage, Completion, ToolCall
+from bridge.platform import Sender
 from bridge.store.sqlite_batch import Trips
 from bridge.store.sqlite_engine import SQLiteEngine
 
@@ -58,7 +59,7 @@ class BenchModel:
 
 
 @dataclass
-class NullSender:
+class NullSender(Sender):
     """An adapter that only records what it is given."""
 
     surface: str = "bench"

@@ -14,7 +14,7 @@ from bridge.agent.compaction import Compactor
 from bridge.agent.runner import AgentRunner
 from bridge.config import Settings
 from bridge.errors import ConfigError
-from bridge.events import Inbound, Sender
+from bridge.events import Inbound
 from bridge.gateway.a2a import AgentToAgent
 from bridge.gateway.access import AccessPolicy
 from bridge.gateway.commands import Commands
@@ -35,6 +35,7 @@ from bridge.llm.profiles import Profiles, with_tool_mode
 from bridge.logs import redactor
 from bridge.media.intake import MediaIntake
 from bridge.metrics import Metrics
+from bridge.platform import Sender
 from bridge.sessions.service import SessionService
 from bridge.store.backends import store_for
 from bridge.store.base import SessionRow

@@ -296,7 +296,10 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
     from bridge.app import Bridge, load_adapter_class
     from bridge.gateway.lifecycle import GuardedAdapter
 
-    console = GuardedAdapter(load_adapter_class("console").from_settings(settings))
+    # The guard is what the core sends through; the console's own calls (notice, wait_closed) and
+    # its implicit owner are the adapter's.
+    tty = load_adapter_class("console").from_settings(settings)
+    console = GuardedAdapter(tty)
     # The reloader compares later edits with what the file said, not with the local model's
     # settings put in their place below, which would look like edits waiting for a restart.
     file_settings = settings
@@ -314,25 +317,25 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
             )
             return EXIT_CONFIG
         settings = with_local_model(settings, local.base_url, local.mode)
-    async with Bridge(settings, extra_owners=console.implicit_owners, on_claim_lost=_lost_database) as bridge:
+    async with Bridge(settings, extra_owners=tty.implicit_owners, on_claim_lost=_lost_database) as bridge:
         reloader = _watch_config(bridge, file_settings, path)
         bridge.add_sender(console)
         if local is not None:
-            console.notice(
+            tty.notice(
                 f"Using the local model at {local.base_url} ({local.mode} tool calls), because no "
                 "[llm] base_url is configured. `bridge local-model stop` stops it."
             )
         where = mask_url(settings.llm.base_url or "") or (
             "the Anthropic API" if settings.llm.provider == "anthropic" else "the OpenAI API"
         )
-        console.notice(
+        tty.notice(
             f"Bridge chat: model {settings.llm.model} at {where}, session 'main'. "
             "Commands: /help, /status, /clear. End with Ctrl-D."
         )
         await console.start(bridge.handle)
         await bridge.recover()
         try:
-            await console.wait_closed()
+            await tty.wait_closed()
         finally:
             await console.stop()
             await reloader.stop()

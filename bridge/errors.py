@@ -12,7 +12,8 @@
     ├── PlatformError                Telegram, Discord or another platform refused or failed
     │   ├── MediaError               an attachment could not be fetched or read (bridge.media.intake)
     │   ├── AdapterStartError        an adapter could not start: bad token, unreachable API
-    │   └── AdapterLifecycleError    an adapter used out of order: started twice, sent to after stop
+    │   ├── AdapterLifecycleError    an adapter used out of order: started twice, sent to after stop
+    │   └── Unsupported              an optional operation the platform lacks (bridge.platform)
     ├── ToolError                    a tool could not do what was asked; the model gets it as a result
     │   ├── ToolSourceError          an MCP server could not be reached or broke (bridge.mcp.connection)
     │   ├── OutsideWorkspaceError    a file path that leaves the workspace (bridge.tools.builtin.files)
@@ -126,6 +127,12 @@ class AdapterLifecycleError(PlatformError):
     """An adapter was used out of order: started twice, started after stop, or sent to after stop."""
 
     remedy: str | None = "this is a bug in the caller; see the lifecycle in adapters/base.py"
+
+
+class Unsupported(PlatformError):
+    """An optional operation this platform does not offer: the default of each one in bridge.platform.
+    The core expects it where an operation is optional (streaming, downloads, sending without
+    listening) and falls back; an adapter overrides the operations its platform has."""
 
 
 class ToolError(BridgeError):

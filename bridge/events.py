@@ -1,4 +1,5 @@
-"""Inbound, Route, Outbound and the Sender seam: the vocabulary between adapters and the core."""
+"""Inbound, Route and Outbound: the vocabulary between adapters and the core (the seam itself, what an
+adapter can do, is bridge.platform)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from bridge.media.model import Attachment, OutFile
 
@@ -100,29 +101,6 @@ class Outbound:
     edit_of: str | None = None
     # A file to send, with `text` as its caption (send_file).
     file: OutFile | None = None
-
-
-class Sender(Protocol):
-    """What the core needs of an adapter to deliver: send, edit in place, show typing.
-
-    Optional, looked up with getattr: `split(kind, text) -> list[str]`, the pieces one item is sent
-    as (else `text_limit` splits it, else it goes whole); `dedupes_by_nonce`, True where the platform
-    drops a second send with the same Outbound.nonce, so a send cut short by a crash is safe to repeat;
-    `download(attachment, max_bytes) -> bytes`, an Inbound's attachment's bytes (MediaError when it
-    can't: too large, gone); `send_file(item) -> str | None`, an item with a `file`, its text the
-    caption; `max_upload_bytes` and `max_photo_bytes`, the largest file and photo it can send.
-    """
-
-    surface: str
-    supports_edit: bool
-
-    async def send(self, item: Outbound) -> str | None:
-        """Send and return the platform message id (None where the surface has none)."""
-        ...
-
-    async def edit(self, route: Route, message_id: str, text: str) -> None: ...
-
-    async def typing(self, route: Route) -> None: ...
 
 
 # The handler may return a future that resolves once the run answering the message is done; a

@@ -13,6 +13,7 @@ from typing import Any
 from bridge.app import Bridge
 from bridge.config import Settings
 from bridge.events import ChatType, Inbound, Outbound, Route
+from bridge.platform import Sender
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -21,7 +22,7 @@ OWNER = "owner"
 
 
 @dataclass
-class RecordingSender:
+class RecordingSender(Sender):
     """A Sender on surface "test" that edits in place and records what the core sent."""
 
     surface: str = "test"

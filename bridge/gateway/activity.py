@@ -41,7 +41,7 @@ class ActivityReporter:
         self._lines: list[asyncio.Future[str | None]] = []
         sender = delivery.sender(route.surface)
         self.in_place = bool(sender and sender.supports_edit)
-        self.min_interval = float(getattr(sender, "min_edit_interval_s", 0.0))
+        self.min_interval = float(sender.min_edit_interval_s) if sender is not None else 0.0
         self._shown = ""
         self._pending = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None

@@ -34,8 +34,7 @@ class FileOut:
         if route is None or sender is None:
             return ToolResult.error("no_chat", "This session has no chat this bot can send a file to.")
         size = (await asyncio.to_thread(path.stat)).st_size
-        limit = getattr(sender, "max_upload_bytes", None)
-        limit = limit if isinstance(limit, int) else DEFAULT_MAX_BYTES
+        limit = sender.max_upload_bytes if sender.max_upload_bytes is not None else DEFAULT_MAX_BYTES
         if size > limit:
             return ToolResult.error(
                 "too_large",
@@ -51,8 +50,8 @@ class FileOut:
             )
         data = await asyncio.to_thread(path.read_bytes)
         digest = await self.blobs.put(data)
-        photo_limit = getattr(sender, "max_photo_bytes", None)
-        photo = image_type(data) is not None and (not isinstance(photo_limit, int) or size <= photo_limit)
+        photo_limit = sender.max_photo_bytes
+        photo = image_type(data) is not None and (photo_limit is None or size <= photo_limit)
         file = OutFile(
             path.name, str(self.blobs.path(digest)), size, mimetypes.guess_type(path.name)[0], photo=photo
         )

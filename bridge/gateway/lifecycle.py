@@ -2,66 +2,74 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from bridge.errors import AdapterLifecycleError
+from bridge.errors import AdapterLifecycleError, Unsupported
 from bridge.events import InboundHandler, Outbound, Route
+from bridge.platform import Adapter, HttpRoute, Sender
+
+if TYPE_CHECKING:
+    from bridge.media.model import Attachment
 
 State = Literal["new", "sending", "starting", "running", "stopped"]
 
 
-class GuardedAdapter:
+class GuardedAdapter(Sender):
     """Wraps an adapter so it is used in order: start once, then send, edit and type, then stop.
 
     Out of order (start twice, start after stop, send before start or after stop) raises
     AdapterLifecycleError before the adapter is touched, so a bug in the core or a plugin shows up as
     one clear error rather than as a half-started client or a send on a closed connection. `stop` is
-    idempotent, and a no-op before start. Every other attribute (text_limit, split, dedupes_by_nonce,
-    min_edit_interval_s, wait_closed...) is the adapter's own; one it lacks stays missing, because the
-    core looks the optional ones up with getattr.
+    idempotent, and a no-op before start. The guard is itself a Sender: it carries the adapter's
+    capabilities and forwards each operation of the contract (bridge.platform) by name, typed; what
+    else an adapter has is reached through `adapter`.
     """
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
         self.state: State = "new"
-        # Copied, not delegated: the core reads them on every send, and they never change.
-        self.surface: str = adapter.surface
-        self.supports_edit: bool = adapter.supports_edit
-
-    def __getattr__(self, name: str) -> Any:
-        # Only called for names this class lacks: the adapter's optional hooks and its own helpers.
-        return getattr(self.adapter, name)
+        # Copied, not delegated: the core reads them on every send, and an adapter's capabilities
+        # are settled once it is built (a test's rig tunes the adapter before it is wrapped).
+        self.surface = adapter.surface
+        self.supports_edit = adapter.supports_edit
+        self.text_limit = adapter.text_limit
+        self.min_edit_interval_s = adapter.min_edit_interval_s
+        self.dedupes_by_nonce = adapter.dedupes_by_nonce
+        self.streams_drafts = adapter.streams_drafts
+        self.supports_stream = adapter.supports_stream
+        self.max_upload_bytes = adapter.max_upload_bytes
+        self.max_photo_bytes = adapter.max_photo_bytes
 
     def __repr__(self) -> str:
         return f"<GuardedAdapter {self.surface} {self.state}>"
 
     async def start_sending(self) -> None:
-        """Connect for sending only (the optional hook; see adapters/base.py); start may follow."""
+        """Connect for sending only (see Adapter.start_sending); start may follow. Unsupported, with
+        the adapter left as it was, where the adapter cannot send without listening."""
         if self.state != "new":
             raise AdapterLifecycleError(f"the {self.surface} adapter cannot connect: it is {self.state}")
         self.state = "starting"
         try:
             await self.adapter.start_sending()
+        except Unsupported:
+            self.state = "new"
+            raise
         except BaseException:
             self.state = "stopped"
             raise
         self.state = "sending"
 
     def share_intake(self) -> None:
-        """Tell the adapter that other workers listen beside it (the optional `shared_intake`)."""
-        if hasattr(self.adapter, "shared_intake"):
-            self.adapter.shared_intake = True
+        """Tell the adapter that other workers listen beside it (Adapter.shared_intake)."""
+        self.adapter.shared_intake = True
 
-    def offer_http_routes(self, routes: list[tuple[str, str, Any]]) -> bool:
-        """Ask the adapter to serve these routes on its own HTTP server, where it has one (the optional
-        `http_routes`); whether it takes them."""
-        if not hasattr(self.adapter, "http_routes"):
+    def offer_http_routes(self, routes: list[HttpRoute]) -> bool:
+        """Ask the adapter to serve these routes on its own HTTP server, where it has one
+        (Adapter.http_routes); whether it takes them."""
+        if self.adapter.http_routes is None:
             return False
         self.adapter.http_routes = list(routes)
         return True
-
-    def can_start_sending(self) -> bool:
-        return callable(getattr(self.adapter, "start_sending", None))
 
     async def start(self, handler: InboundHandler) -> None:
         if self.state not in ("new", "sending"):
@@ -84,8 +92,7 @@ class GuardedAdapter:
 
     async def send(self, item: Outbound) -> str | None:
         self._running("send")
-        result: str | None = await self.adapter.send(item)
-        return result
+        return await self.adapter.send(item)
 
     async def edit(self, route: Route, message_id: str, text: str) -> None:
         self._running("edit")
@@ -94,6 +101,25 @@ class GuardedAdapter:
     async def typing(self, route: Route) -> None:
         self._running("typing")
         await self.adapter.typing(route)
+
+    def split(self, kind: str, text: str) -> list[str]:
+        return self.adapter.split(kind, text)
+
+    async def edit_reply(self, route: Route, message_id: str, text: str) -> None:
+        self._running("edit")
+        await self.adapter.edit_reply(route, message_id, text)
+
+    async def stream(self, route: Route, delta: str) -> None:
+        self._running("stream")
+        await self.adapter.stream(route, delta)
+
+    async def send_file(self, item: Outbound) -> str | None:
+        self._running("send_file")
+        return await self.adapter.send_file(item)
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        self._running("download")
+        return await self.adapter.download(attachment, max_bytes)
 
     def _running(self, what: str) -> None:
         # While it starts, an adapter may already deliver messages whose answers go out at once.

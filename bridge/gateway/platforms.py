@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bridge.config import Settings
-from bridge.errors import StoreError
+from bridge.errors import StoreError, Unsupported
 from bridge.store.claims import STANDBY_POLL_S
 
 if TYPE_CHECKING:
@@ -62,8 +62,11 @@ async def start_shared(
             started.append(adapter)
             listening.append(holding(name, settings))
             continue
-        if adapter.can_start_sending():
+        try:
             await adapter.start_sending()
+        except Unsupported:
+            pass  # it cannot send without listening: its chats are answered by the worker that listens
+        else:
             bridge.add_sender(adapter)
             started.append(adapter)
         lock = platform_lock(name, settings)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from bridge.events import Outbound, Route
+from bridge.platform import Sender
 
 if TYPE_CHECKING:
     from bridge.gateway.activity import ActivityReporter
@@ -19,20 +20,10 @@ log = logging.getLogger(__name__)
 DRAFT_WAIT_S = 10.0
 
 
-class StreamingSender(Protocol):
-    """A sender with `supports_stream = True`: it prints a piece of the answer where the reply goes.
-
-    The reply itself still arrives through send() once the run ends; the sender shows only what of it
-    the stream has not (the stored answer and the streamed text are the same, notes aside).
-    """
-
-    async def stream(self, route: Route, delta: str) -> None: ...
-
-
 class LiveReply:
     """The live display of one run: a segment per model request, each printed as its text comes."""
 
-    def __init__(self, sender: StreamingSender, route: Route, activity: ActivityReporter) -> None:
+    def __init__(self, sender: Sender, route: Route, activity: ActivityReporter) -> None:
         self.sender = sender
         self.route = route
         # The tool activity is printed by the courier; the stream waits for it, so a tool line never

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
@@ -44,13 +44,23 @@ HEALTH_TIMEOUT_S = 2.0
 READY_STATES = frozenset({"running", "sending"})
 
 
+class PlatformState(Protocol):
+    """What /readyz and the dashboard read of a platform: a guarded adapter's surface and lifecycle state."""
+
+    @property
+    def surface(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+
 class AdminServer:
     """Serves the admin routes for one Bridge; every route but /login needs the token (see auth)."""
 
     def __init__(
         self,
         bridge: Bridge,
-        adapters: Sequence[Any],
+        adapters: Sequence[PlatformState],
         settings: Settings,
         *,
         config_path: Path | None = None,
@@ -132,9 +142,7 @@ class AdminServer:
         return None
 
     def _platforms(self) -> dict[str, str]:
-        return {
-            str(getattr(a, "surface", type(a).__name__)): str(getattr(a, "state", "?")) for a in self.adapters
-        }
+        return {a.surface: a.state for a in self.adapters}
 
     async def healthz(self, request: web.Request) -> web.Response:
         problem = await self._store_answers()

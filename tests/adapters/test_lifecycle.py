@@ -23,7 +23,7 @@ ROUTE = Route("fake", "chat-1")
 TEXT = "hello big world, and then a few more words"
 
 
-class FakeAdapter:
+class FakeAdapter(Adapter):
     """A platform that records every call it gets; `text_limit` only, none of the other optional hooks."""
 
     surface = "fake"
@@ -35,6 +35,10 @@ class FakeAdapter:
         self.sent: list[str] = []
         self.fail_start = fail_start
         self._ids = itertools.count(1)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> FakeAdapter:
+        return cls()
 
     async def start(self, handler: Any) -> None:
         self.calls.append("start")
@@ -160,14 +164,14 @@ async def test_a_failed_start_leaves_the_adapter_stopped_and_its_error_unchanged
     assert fake.calls == ["start"]
 
 
-def test_optional_hooks_pass_through_and_missing_ones_stay_missing() -> None:
+def test_capabilities_pass_through_and_undeclared_ones_keep_the_contracts_defaults() -> None:
     guarded = GuardedAdapter(FakeAdapter())
     assert guarded.surface == "fake" and guarded.supports_edit is True
     assert guarded.text_limit == 16
-    # The core reads these with getattr(..., default): a guard that invented them would change behaviour.
-    assert not hasattr(guarded, "split")
-    assert not hasattr(guarded, "dedupes_by_nonce")
-    assert getattr(guarded, "min_edit_interval_s", 0.0) == 0.0
+    # Declared once, in bridge.platform: what an adapter leaves out reads as "can't", never as missing.
+    assert guarded.split("reply", TEXT) == ["hello big world,", "and then a few", "more words"]
+    assert guarded.dedupes_by_nonce is False and guarded.streams_drafts is False
+    assert guarded.min_edit_interval_s == 0.0 and guarded.max_upload_bytes is None
 
 
 def test_the_real_adapters_optional_hooks_reach_the_core_through_the_guard(tmp_path: Path) -> None:
@@ -175,7 +179,7 @@ def test_the_real_adapters_optional_hooks_reach_the_core_through_the_guard(tmp_p
     discord = GuardedAdapter(DiscordAdapter.from_settings(settings))
     assert discord.dedupes_by_nonce is True and discord.split("reply", "a b") == ["a b"]
     telegram = GuardedAdapter(TelegramAdapter.from_settings(settings))
-    assert telegram.min_edit_interval_s == 1.0 and not hasattr(telegram, "dedupes_by_nonce")
+    assert telegram.min_edit_interval_s == 1.0 and telegram.dedupes_by_nonce is False
 
 
 async def test_a_send_after_stop_leaves_its_rows_pending_and_the_next_start_delivers_them(

@@ -22,6 +22,7 @@ from bridge.retry import Backoff
 from bridge.store.base import MessageRow
 from bridge.store.sqlite import SQLiteStore
 from tests.fakes.openai_server import FakeOpenAI, http_error
+from tests.harness import RecordingSender
 from tests.media.samples import GIF89, JPEG, NOT_AN_IMAGE, PNG, VOICE, WEBP
 
 MB = 1024 * 1024
@@ -53,10 +54,11 @@ class Told:
         return [text for text, _ in self.calls]
 
 
-class Sender:
+class Sender(RecordingSender):
     """A platform that hands out the bytes of each attachment by its ref; an exception is raised."""
 
     def __init__(self, files: dict[str, bytes | BaseException]) -> None:
+        super().__init__()
         self.files = files
         self.downloads: list[tuple[str, int]] = []
 
@@ -68,7 +70,7 @@ class Sender:
         return found
 
 
-class NoDownloads:
+class NoDownloads(RecordingSender):
     """A chat surface that cannot fetch attachments at all (the console, say)."""
 
 
