@@ -6,13 +6,14 @@ import asyncio
 import logging
 
 from bridge.agent.runstate import MediaReader
-from bridge.store.base import MessageRow, Store
+from bridge.store.base import MessageRow
+from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
 
 
 async def read_attachments(
-    media: MediaReader, rows: list[MessageRow], *, run_id: str, store: Store, timeout_s: float
+    media: MediaReader, rows: list[MessageRow], *, run_id: str, store: DatabaseStore, timeout_s: float
 ) -> list[MessageRow]:
     """The rows with their attachments read, within the run's time limit; as they were if reading
     failed as a whole or ran out of time (the run still answers, its attachments named but unread,

@@ -12,12 +12,12 @@ from typing import Literal
 
 from bridge.agent.history import Turn, split_turns, truncate
 from bridge.agent.trace import Redact, RunTrace
-from bridge.config import Settings
-from bridge.config.agent import AgentSettings
+from bridge.config import AgentSettings, Settings
 from bridge.errors import ProviderError
 from bridge.llm.base import ChatMessage, Provider
-from bridge.store.base import CompactionInput, NewSummary, SessionRow, Store, SummaryRow
+from bridge.store.base import CompactionInput, NewSummary, SessionRow, SummaryRow
 from bridge.store.sqlite import new_id
+from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class Compactor:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: DatabaseStore,
         provider_for: Callable[[SessionRow], Provider],
         redact: Redact,
     ) -> None:

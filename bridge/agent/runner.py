@@ -32,8 +32,9 @@ from bridge.media.blobs import MediaStore, media_root
 from bridge.media.parts import ImageReader
 from bridge.metrics import Metrics
 from bridge.sessions.authority import Authorities, Authority
-from bridge.store.base import OutboxItem, OutboxRow, SessionRow, Store
+from bridge.store.base import OutboxItem, OutboxRow, SessionRow
 from bridge.store.sqlite import new_id
+from bridge.store.tables import DatabaseStore
 from bridge.text import scrub
 from bridge.tools.base import FileSender, SessionMessenger, ToolContext
 from bridge.tools.registry import ToolRegistry
@@ -60,7 +61,7 @@ class AgentRunner:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: DatabaseStore,
         registry: ToolRegistry,
         provider: Provider,
         profiles: Profiles | None = None,
@@ -205,7 +206,7 @@ class AgentRunner:
     async def _conclude(
         self, state: RunState, result: RunResult, session_id: str, reply: ReplyPlanner | None
     ) -> RunResult:
-        """Store the run's end with its answer and reply rows; if that fails, end it as an error that
+        """DatabaseStore the run's end with its answer and reply rows; if that fails, end it as an error that
         the user is told about, so a run is never left 'running' with nobody told."""
         result.reply = scrub(result.reply)
         # An answer (or a polite stop) is history; an error or a timeout is not, so /retry can redo it.

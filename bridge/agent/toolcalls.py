@@ -11,8 +11,9 @@ from typing import Any, Literal, Protocol
 from bridge.config import Settings
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, ToolCall
-from bridge.store.base import Store, ToolExchange
+from bridge.store.base import ToolExchange
 from bridge.store.sqlite import dumps
+from bridge.store.tables import DatabaseStore
 from bridge.tools.arguments import validate_arguments
 from bridge.tools.base import Tool, ToolContext, ToolResult
 from bridge.tools.registry import ToolRegistry
@@ -67,7 +68,7 @@ def _short(value: Any) -> str:
 class ToolCaller:
     """Runs the tool calls of one runner's runs; every refusal reads the same to the model."""
 
-    def __init__(self, settings: Settings, store: Store, registry: ToolRegistry) -> None:
+    def __init__(self, settings: Settings, store: DatabaseStore, registry: ToolRegistry) -> None:
         self.settings = settings
         self.store = store
         self.registry = registry

@@ -16,7 +16,8 @@ from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.policy import PolicyGate
 from bridge.sessions.authority import Authority
-from bridge.store.base import SessionRow, Store
+from bridge.store.base import SessionRow
+from bridge.store.tables import DatabaseStore
 from bridge.tools.base import AGENT_CHANNEL
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class AgentToAgent:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: DatabaseStore,
         runner: AgentRunner,
         lanes: Lanes,
         delivery: Delivery,

@@ -13,7 +13,8 @@ from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing, minutes_left, who
 from bridge.gateway.policy import Decision, PolicyGate
 from bridge.sessions.service import SessionService
-from bridge.store.base import SessionRow, Store
+from bridge.store.base import SessionRow
+from bridge.store.tables import DatabaseStore
 from bridge.tasks.catalog import TaskCatalog, TaskError
 from bridge.tasks.when import when_text
 from bridge.tools.registry import ToolRegistry
@@ -57,7 +58,7 @@ class Commands:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: DatabaseStore,
         sessions: SessionService,
         lanes: Lanes,
         registry: ToolRegistry,

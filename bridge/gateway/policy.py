@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bridge.config.session import RuleMatch, SendPolicySettings, SendRule
+from bridge.config import RuleMatch, SendPolicySettings, SendRule
 from bridge.errors import SessionKeyError
 from bridge.sessions import keys
-from bridge.store.base import SessionRow, Store
+from bridge.store.base import SessionRow
+from bridge.store.tables import DatabaseStore
 
 Action = Literal["allow", "deny", "ignore"]
 # The per-session override as stored on the session row (set by /send on|off).
@@ -137,7 +138,7 @@ def _consequence(action: Action) -> str:
 class PolicyGate:
     """The policy applied to live sessions: reads each session's /send override from the store."""
 
-    def __init__(self, policy: SendPolicy, store: Store) -> None:
+    def __init__(self, policy: SendPolicy, store: DatabaseStore) -> None:
         self.policy = policy
         self.store = store
 

@@ -7,13 +7,14 @@ from collections.abc import Iterable
 from bridge.events import Inbound
 from bridge.sessions import keys
 from bridge.sessions.authority import Authorities, Authority
-from bridge.store.base import SessionMeta, SessionRow, Store
+from bridge.store.base import SessionMeta, SessionRow
+from bridge.store.tables import DatabaseStore
 
 
 class SessionService:
     """Maps chats to session keys and keeps one active session per key."""
 
-    def __init__(self, store: Store, owners: Iterable[str]) -> None:
+    def __init__(self, store: DatabaseStore, owners: Iterable[str]) -> None:
         self.store = store
         self.owners = frozenset(owners)
         self.authorities = Authorities(self.owners)

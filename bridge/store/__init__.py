@@ -1,1 +1,8 @@
-"""Durable storage: the Store protocol and its SQLite implementation."""
+"""Durable storage (layer 9): sessions, messages, runs, the outbox, memories, pairing, tasks and webhook
+events, on SQLite or PostgreSQL.
+
+`tables.DatabaseStore` is the store: one class made of one class per table (`sessions.py`,
+`messages.py`, `runs.py`, `outbox.py`, …), each method written once for both engines
+(`sqlite_engine.py`, `postgres.py`). `base.py` holds the rows it returns. May import config and the
+base modules only.
+"""

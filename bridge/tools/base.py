@@ -13,7 +13,8 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.sessions.authority import Authorities, Authority
-    from bridge.store.base import SessionRow, Store
+    from bridge.store.base import SessionRow
+    from bridge.store.tables import DatabaseStore
     from bridge.tasks.catalog import TaskCatalog
     from bridge.tools.registry import ToolRegistry
 
@@ -70,7 +71,7 @@ class ToolContext:
     """Everything a tool may touch during one run; the run's loaded groups and skills live here."""
 
     settings: Settings
-    store: Store
+    store: DatabaseStore
     registry: ToolRegistry
     session: SessionRow
     run_id: str
