@@ -40,4 +40,6 @@ def test_the_wheel_ships_the_dashboards_templates_and_static_files(tmp_path: Pat
         if path.is_file()
     ]
     assert wanted
+    # PEP 561's marker: a third-party adapter type-checks against bridge.platform's declared types.
+    wanted += ["bridge/py.typed", "adapters/py.typed"]
     assert sorted(set(wanted) - shipped) == []
