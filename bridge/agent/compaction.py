@@ -12,7 +12,8 @@ from typing import Literal
 
 from bridge.agent.history import Turn, split_turns, truncate
 from bridge.agent.trace import Redact, RunTrace
-from bridge.config import AgentSettings, Settings
+from bridge.config import Settings
+from bridge.config.agent import AgentSettings
 from bridge.errors import ProviderError
 from bridge.llm.base import ChatMessage, Provider
 from bridge.store.base import CompactionInput, NewSummary, SessionRow, SummaryRow

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -12,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from bridge.errors import AdapterLifecycleError
-from bridge.events import Outbound, OutboundKind, Route, Sender
+from bridge.events import Outbound, OutboundKind, Route
 from bridge.live import LiveEvents
 from bridge.media.model import OutFile
+from bridge.platform import Sender
 from bridge.store.base import OutboxRow, OutboxState
 from bridge.store.tables import DatabaseStore
 
@@ -167,9 +167,14 @@ class Courier:
         out = outbound_of(row)
         try:
             if out.file is not None:
-                message_id = await self._send_file(sender, out)
+                # A platform without files sends the caption with the file named (Sender.send_file).
+                message_id = await sender.send_file(out)
+            elif out.edit_of:
+                # The reply's first chunk into the draft it streamed into, formatted as a reply.
+                await sender.edit_reply(out.route, out.edit_of, out.text)
+                message_id = out.edit_of
             else:
-                message_id = await (self._replace(sender, out) if out.edit_of else sender.send(out))
+                message_id = await sender.send(out)
         except AdapterLifecycleError:
             raise
         except Exception as exc:
@@ -186,29 +191,6 @@ class Courier:
             text=item.text,
         )
         return message_id, True
-
-    @staticmethod
-    async def _send_file(sender: Sender, out: Outbound) -> str | None:
-        """A file through the adapter's send_file; where it has none, the caption with the file named."""
-        assert out.file is not None
-        send_file = getattr(sender, "send_file", None)
-        if send_file is not None:
-            return cast("str | None", await send_file(out))
-        named = f"📎 {out.file.name} (this chat can't receive files)"
-        text = f"{out.text}\n{named}" if out.text else named
-        return await sender.send(dataclasses.replace(out, text=text, file=None))
-
-    @staticmethod
-    async def _replace(sender: Sender, out: Outbound) -> str | None:
-        """A reply's first chunk into the draft it streamed into: an edit, formatted as a reply where
-        the adapter can (edit_reply), else as plain text."""
-        assert out.edit_of is not None
-        edit_reply = getattr(sender, "edit_reply", None)
-        if edit_reply is not None:
-            await edit_reply(out.route, out.edit_of, out.text)
-        else:
-            await sender.edit(out.route, out.edit_of, out.text)
-        return out.edit_of
 
     async def _mark(
         self,

@@ -8,17 +8,16 @@ import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
-from typing import cast
 
-from bridge.events import Outbound, Route, Sender
+from bridge.events import Outbound, Route
 from bridge.gateway.activity import ActivityReporter
 from bridge.gateway.courier import Courier
 from bridge.gateway.policy import Decision, PolicyGate
-from bridge.gateway.streaming import DraftReply, LiveReply, StreamingSender
+from bridge.gateway.streaming import DraftReply, LiveReply
+from bridge.platform import Sender
 from bridge.store.base import OPEN_STATES, OutboxItem, OutboxRow, SessionRow
 from bridge.store.sqlite import new_id
 from bridge.store.tables import DatabaseStore
-from bridge.text import split_message
 
 log = logging.getLogger(__name__)
 
@@ -201,16 +200,13 @@ class Delivery:
 
     def _may_resend(self, item: OutboxItem) -> bool:
         sender = self._senders.get(item.surface)
-        dedupes = bool(getattr(sender, "dedupes_by_nonce", False)) and item.nonce is not None
+        dedupes = sender is not None and sender.dedupes_by_nonce and item.nonce is not None
         return dedupes or self.resend_uncertain
 
     def _split(self, item: Outbound) -> list[str]:
         sender = self._senders.get(item.route.surface)
-        split = getattr(sender, "split", None)
-        if split is not None:
-            return list(split(item.kind, item.text))
-        limit = getattr(sender, "text_limit", None)
-        return split_message(item.text, limit) if isinstance(limit, int) else [item.text]
+        # At the platform's text_limit, or the platform's own way (Sender.split).
+        return list(sender.split(item.kind, item.text)) if sender is not None else [item.text]
 
     def _decide(self, item: Outbound, session: SessionRow | None) -> Decision:
         if item.policy_exempt:
@@ -257,11 +253,10 @@ class Delivery:
         sender = self.sender(route.surface)
         if sender is None or not await self.may_speak(route, session_key):
             return None
-        if getattr(sender, "supports_stream", False):
-            return LiveReply(cast(StreamingSender, sender), route, activity)
-        if getattr(sender, "streams_drafts", False):
-            interval = float(getattr(sender, "min_edit_interval_s", 0.0))
-            return DraftReply(self, route, session_key, interval)
+        if sender.supports_stream:
+            return LiveReply(sender, route, activity)
+        if sender.streams_drafts:
+            return DraftReply(self, route, session_key, float(sender.min_edit_interval_s))
         return None
 
     @contextlib.asynccontextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bridge.config import RuleMatch, SendPolicySettings, SendRule
+from bridge.config.session import RuleMatch, SendPolicySettings, SendRule
 from bridge.errors import SessionKeyError
 from bridge.sessions import keys
 from bridge.store.base import SessionRow

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bridge.config import Settings
-from bridge.errors import MediaError
+from bridge.errors import MediaError, Unsupported
 from bridge.media.blobs import MediaStore
 from bridge.media.model import Attachment, dumps, loads, megabytes
 from bridge.media.parts import image_type
@@ -16,6 +16,9 @@ from bridge.media.stt import Transcriber
 from bridge.metrics import Metrics
 from bridge.store.base import MessageRow
 from bridge.store.tables import DatabaseStore
+
+if TYPE_CHECKING:
+    from bridge.platform import Sender
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,7 @@ class MediaIntake:
         return any(a.pending for a in attachments)
 
     async def read(
-        self, rows: list[MessageRow], *, sender: Any, tell: Tell, vision: bool, model: str
+        self, rows: list[MessageRow], *, sender: Sender | None, tell: Tell, vision: bool, model: str
     ) -> list[MessageRow]:
         """The rows with each pending attachment fetched into the media store and voice transcribed;
         each message so read is written back, so no later run or restart fetches it again."""
@@ -123,20 +126,24 @@ class MediaIntake:
             await tell(no_vision_text(model), "no-vision")
         return out
 
-    async def _read_one(self, attachment: Attachment, sender: Any, tell: Tell) -> tuple[Attachment, str]:
+    async def _read_one(
+        self, attachment: Attachment, sender: Sender | None, tell: Tell
+    ) -> tuple[Attachment, str]:
         """The attachment once read (its hash, or its problem), and its transcript if it is voice."""
         limit = self.settings.media.max_bytes
         if attachment.kind == "audio" and self.transcriber is None:
             # Screened at intake; [stt] was taken out of the config since.
             await tell(VOICE_NOT_SET_UP, None)
             return dataclasses.replace(attachment, problem="voice is not set up"), ""
-        download = getattr(sender, "download", None)
-        if download is None:
-            return dataclasses.replace(attachment, problem="this chat can't fetch it"), ""
+        cannot = dataclasses.replace(attachment, problem="this chat can't fetch it"), ""
+        if sender is None:
+            return cannot
         try:
-            data = await download(attachment, limit)
+            data = await sender.download(attachment, limit)
             if len(data) > limit:
                 raise MediaError(f"too large: {megabytes(len(data))}")
+        except Unsupported:  # a surface that cannot fetch attachments (Sender.download's default)
+            return cannot
         except MediaError as exc:
             await tell(f"⚠️ I couldn't fetch {attachment.name}: {exc}.", None)
             return dataclasses.replace(attachment, problem=str(exc)), ""
