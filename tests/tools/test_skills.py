@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from bridge.agent.prompt import build_system_prompt
 from bridge.config import Settings
+from bridge.sessions.authority import Authorities, Authority
 from bridge.skills import DESCRIPTION_MAX, MAX_LISTED_FILES, SkillCatalog, SkillError
 from bridge.store.base import SessionRow
-from bridge.sessions.authority import Authorities, Authority
 from bridge.tools.base import ToolContext, ToolResult
 from bridge.tools.builtin.files import list_files, read_file, write_file
 from bridge.tools.builtin.skills import load_skill
