@@ -14,9 +14,10 @@ from adapters.console import ConsoleAdapter
 from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from bridge.app import Bridge
-from bridge.errors import AdapterLifecycleError, AdapterStartError
+from bridge.errors import AdapterLifecycleError, AdapterStartError, Unsupported
 from bridge.events import Inbound, Outbound, Route
 from bridge.gateway.lifecycle import GuardedAdapter
+from bridge.media.model import Attachment, OutFile
 from tests.harness import make_settings
 
 ROUTE = Route("fake", "chat-1")
@@ -172,6 +173,34 @@ def test_capabilities_pass_through_and_undeclared_ones_keep_the_contracts_defaul
     assert guarded.split("reply", TEXT) == ["hello big world,", "and then a few", "more words"]
     assert guarded.dedupes_by_nonce is False and guarded.streams_drafts is False
     assert guarded.min_edit_interval_s == 0.0 and guarded.max_upload_bytes is None
+
+
+async def test_an_adapter_that_cannot_send_without_listening_says_so_and_can_still_start() -> None:
+    # platforms.start_shared asks, and on Unsupported leaves the chats to the worker that listens.
+    guarded = GuardedAdapter(FakeAdapter())
+    with pytest.raises(Unsupported, match="fake cannot send without listening"):
+        await guarded.start_sending()
+    assert guarded.state == "new"
+    await guarded.start(ignore)
+    assert guarded.state == "running"
+
+
+async def test_the_optional_operations_are_refused_outside_start_and_stop_too() -> None:
+    fake = FakeAdapter()
+    guarded = GuardedAdapter(fake)
+    item = Outbound(ROUTE, "reply", "caption", file=OutFile("a.txt", "/nonexistent", 1))
+    with pytest.raises(AdapterLifecycleError, match="send_file on the fake adapter before start"):
+        await guarded.send_file(item)
+    with pytest.raises(AdapterLifecycleError, match="edit on the fake adapter before start"):
+        await guarded.edit_reply(ROUTE, "1", "hi")
+    with pytest.raises(AdapterLifecycleError, match="download on the fake adapter before start"):
+        await guarded.download(Attachment("image", "a.png", "ref"), 10)
+    await guarded.start(ignore)
+    # Running, the defaults of the contract answer: a file goes as its caption with the name.
+    assert await guarded.send_file(item) == "1"
+    assert fake.sent == ["caption\n📎 a.txt (this chat can't receive files)"]
+    with pytest.raises(Unsupported):
+        await guarded.download(Attachment("image", "a.png", "ref"), 10)
 
 
 def test_the_real_adapters_optional_hooks_reach_the_core_through_the_guard(tmp_path: Path) -> None:
