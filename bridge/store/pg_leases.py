@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bridge.errors import StoreError
 from bridge.store.engine import Conn
+from bridge.store.pg_dialect import PgConn
 
 if TYPE_CHECKING:
     import psycopg
@@ -92,14 +93,12 @@ class PgLeases:
 
     async def run(self, work: Callable[[Conn], T]) -> T:
         """`work` in one transaction on the lease connection; the locks it takes stay held."""
-        from bridge.store.postgres import _PgConn
-
         conn = self._live()
 
         def transaction() -> T:
             conn.execute(b"BEGIN")
             try:
-                result = work(_PgConn(conn))
+                result = work(PgConn(conn))
             except BaseException:
                 conn.execute(b"ROLLBACK")
                 raise

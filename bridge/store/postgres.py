@@ -11,9 +11,7 @@ which would mean a second copy of every table's code. The pool is psycopg_pool's
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from bridge.config.base import mask_url
 from bridge.errors import StoreError
 from bridge.store.cache import ActiveSessions
-from bridge.store.engine import Conn, Cursor, Params, Work
+from bridge.store.engine import Conn, Work
+from bridge.store.pg_dialect import PgConn
 from bridge.store.pg_migrations import PG_MIGRATIONS
 from bridge.store.tables import DatabaseStore
 
@@ -202,7 +201,7 @@ class PostgresEngine:
                 remedy="upgrade Bridge (every worker), or use another [storage] url",
             )
         for index in range(version, SCHEMA_VERSION):
-            cast(_PgConn, conn).raw(PG_MIGRATIONS[index])
+            cast(PgConn, conn).raw(PG_MIGRATIONS[index])
         if row is None:
             conn.execute("INSERT INTO bridge_schema (version) VALUES (?)", (SCHEMA_VERSION,))
         elif version < SCHEMA_VERSION:
@@ -229,7 +228,7 @@ def _transaction(pool: ConnectionPool, work: Work[T], begin: str | None) -> T:
     while True:
         attempt += 1
         with pool.connection() as conn:
-            wrapped = _PgConn(conn)
+            wrapped = PgConn(conn)
             try:
                 if begin is None:
                     # Reads only (autocommit): safe to run again on a new connection.
@@ -262,44 +261,6 @@ def _transaction(pool: ConnectionPool, work: Work[T], begin: str | None) -> T:
                 raise
         # Jittered, growing waits: two transactions that collided must not collide again in step.
         time.sleep(random.uniform(0, 0.002 * attempt))
-
-
-class _PgConn:
-    """A psycopg connection speaking the tables' dialect: `?` and `:name` placeholders."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Params = (), /) -> Cursor:
-        if not params:
-            # No placeholders to fill, so no % to escape either.
-            return self._conn.execute(sql.encode())
-        return self._conn.execute(_translate(sql), params)
-
-    def raw(self, script: str) -> None:
-        """A script of several statements (a migration), sent as it is."""
-        self._conn.execute(script.encode())
-
-
-_TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|::|\?|:[A-Za-z_]\w*|%")
-
-
-@functools.lru_cache(maxsize=1024)
-def _translate(sql: str) -> bytes:
-    """sqlite3's placeholders as psycopg's: `?` → `%s`, `:name` → `%(name)s`, `%` → `%%`; quoted
-    text and `::` casts are left as they are."""
-
-    def swap(match: re.Match[str]) -> str:
-        token = match.group()
-        if token == "?":
-            return "%s"
-        if token == "%":
-            return "%%"
-        if token.startswith(":") and token != "::":
-            return f"%({token[1:]})s"
-        return token
-
-    return _TOKENS.sub(swap, sql).encode()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ from bridge.store.base import OutboxItem, ToolExchange
 from bridge.store.claims import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
 from bridge.store.messages import LOADS_SQL
 from bridge.store.migrations import MIGRATIONS
+from bridge.store.pg_dialect import translate
 from bridge.store.pg_migrations import PG_MIGRATIONS
 from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import dumps
@@ -163,7 +164,7 @@ async def test_loaded_groups_and_skills_are_one_query_on_the_loads_index(url: st
     with psycopg.connect(url, autocommit=True) as conn:
         # A tiny table is scanned whatever its indexes; the planner is asked to use one if it can.
         conn.execute(b"SET enable_seqscan = off")
-        explain = postgres_module._translate("EXPLAIN " + LOADS_SQL)
+        explain = translate("EXPLAIN " + LOADS_SQL)
         plan = "\n".join(row[0] for row in conn.execute(explain, ("x",)))
     assert "messages_loads" in plan, plan
     assert "Seq Scan" not in plan, plan

@@ -17,9 +17,9 @@ from bridge.tools.builtin.files import (
     files_group,
     list_files,
     read_file,
-    resolve_in_workspace,
     write_file,
 )
+from bridge.tools.builtin.workspace import resolve_in_workspace
 from tests.tools.conftest import MakeContext
 
 

@@ -18,6 +18,8 @@ from bridge.errors import OutsideWorkspaceError
 from bridge.skills import FILES_PREFIX
 from bridge.tools.arguments import Arguments, NonNegative, PathText, Positive, typed_tool
 from bridge.tools.base import ToolContext, ToolGroup, ToolResult
+from bridge.tools.builtin.send_file import send_file
+from bridge.tools.builtin.workspace import resolve_in_workspace, workspace_of
 
 # A recursive listing of a big tree would flood the model's context; this is plenty to orient it.
 MAX_LIST_ENTRIES = 500
@@ -26,29 +28,6 @@ PATH_DESCRIPTION = "Path relative to the workspace, e.g. notes/todo.md"
 
 A = TypeVar("A")
 Handler = Callable[[A, ToolContext], Awaitable[ToolResult]]
-
-
-def resolve_in_workspace(root: Path, user_path: str) -> Path:
-    """The real path `user_path` names inside `root`, or OutsideWorkspaceError if it escapes.
-
-    resolve() follows every symlink that exists, in the target and in any parent folder, and
-    collapses `..`, so one is_relative_to check on the result covers traversal, absolute paths
-    and escaping links alike. A dangling link is followed to where it points, so writing through
-    a link to a not-yet-existing file outside is refused too.
-    """
-    real_root = root.resolve()
-    # An absolute user_path replaces real_root in the join; it then passes only if it lies inside.
-    candidate = (real_root / user_path).resolve()
-    if not candidate.is_relative_to(real_root):
-        raise OutsideWorkspaceError(f"'{user_path}' is outside the workspace; use a path relative to it.")
-    return candidate
-
-
-def workspace_of(ctx: ToolContext) -> Path:
-    root = Path(ctx.settings.tools.workspace)
-    # Created lazily so a bot that never touches files leaves no folder behind.
-    root.mkdir(parents=True, exist_ok=True)
-    return root.resolve()
 
 
 def _display(root: Path, path: Path, prefix: str = "") -> str:
@@ -327,9 +306,6 @@ list_files = typed_tool(
 
 def files_group() -> ToolGroup:
     """The `files` group: read_file, write_file, list_files and send_file, all confined to the workspace."""
-    # Imported here: send_file builds on this module's workspace helpers.
-    from bridge.tools.builtin.send_file import send_file
-
     return ToolGroup(
         name="files",
         description="Read, write, list and send files in the bot's workspace folder",

@@ -9,7 +9,7 @@ from pydantic import Field
 from bridge.errors import OutsideWorkspaceError
 from bridge.tools.arguments import Arguments, PathText, typed_tool
 from bridge.tools.base import ToolContext, ToolResult
-from bridge.tools.builtin.files import resolve_in_workspace, workspace_of
+from bridge.tools.builtin.workspace import resolve_in_workspace, workspace_of
 
 CAPTION_MAX = 4000
 
