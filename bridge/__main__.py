@@ -1,5 +1,5 @@
 """Lets `python -m bridge` behave like the `bridge` console script."""
 
-from bridge.entry import main
+from bridge.cli import main
 
 raise SystemExit(main())

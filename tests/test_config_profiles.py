@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge import cli
+from bridge.cli import main
+from bridge.cli.exits import EXIT_CONFIG
 from bridge.config import Settings
 from bridge.config.io import load_settings, render_settings
 from bridge.errors import ConfigError
@@ -156,7 +157,7 @@ PROFILES = '[llm.profiles.big]\nmodel = "gpt-4o"\napi_key_env = "BIG_KEY"\n'
 def test_check_config_reports_a_key_variable_that_is_not_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["check-config", "--config", str(config(tmp_path, PROFILES))]) == cli.EXIT_CONFIG
+    assert main(["check-config", "--config", str(config(tmp_path, PROFILES))]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert "llm.profiles.big.api_key_env: the environment variable BIG_KEY is not set" in err
 
@@ -172,7 +173,7 @@ def test_check_config_never_prints_a_profile_key_and_its_output_loads_again(
 ) -> None:
     monkeypatch.setenv("BIG_KEY", KEY)
     path = config(tmp_path, 'fallback = "big"\n' + PROFILES)
-    assert cli.main(["check-config", "--config", str(path)]) == 0
+    assert main(["check-config", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert KEY not in out
     rendered = tomllib.loads(out)

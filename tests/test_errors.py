@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import bridge.errors as errors
-from bridge.cli import EXIT_CONFIG, EXIT_RUNTIME, fail
+from bridge.cli.exits import EXIT_CONFIG, EXIT_RUNTIME, fail
 from bridge.errors import (
     BlockedAddressError,
     BridgeError,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from bridge.config.storage import StorageSettings
+from bridge.errors import StoreError
 from bridge.store.tables import DatabaseStore
 
 
@@ -15,3 +19,17 @@ def store_for(storage: StorageSettings) -> DatabaseStore:
     from bridge.store.sqlite import SQLiteStore
 
     return SQLiteStore(storage.path)
+
+
+@contextlib.asynccontextmanager
+async def existing_store(storage: StorageSettings) -> AsyncIterator[DatabaseStore]:
+    """The bot's database for a read-only command; StoreError when there is no SQLite file (none is
+    created). A PostgreSQL database is opened as it is (and its schema brought up to date)."""
+    if not storage.postgres and not storage.path.is_file():
+        raise StoreError(f"no database at {storage.path}")
+    store = store_for(storage)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cli import _parser
-from bridge.cli_pair import run as pair_command
+from bridge.cli.pair import run as pair_command
+from bridge.cli.root import _parser
 from bridge.gateway.pairing import APPROVED_TEXT
 from tests.adapters.conftest import OWNER, RigFactory, TelegramRig
 from tests.fakes import openai_server as fake

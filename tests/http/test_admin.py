@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.cli_admin import check_health, show_admin
+from bridge.cli.admin import check_health, show_admin
 from bridge.config import Settings
 from bridge.config.io import load_settings
 from bridge.errors import ConfigError

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge.cli import EXIT_CONFIG, EXIT_RUNTIME, fail
+from bridge.cli.exits import EXIT_CONFIG, EXIT_RUNTIME, fail
 from bridge.config import Settings
 from bridge.errors import PairingLimited, StoreError
 
@@ -62,8 +62,8 @@ def add_parser(sub: Any, config_help: str) -> None:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    from bridge.cli_store import existing_store
     from bridge.gateway.pairing import Pairing
+    from bridge.store.backends import existing_store
 
     target = None
     if args.pair_command == "revoke":
@@ -74,7 +74,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             )
             return EXIT_CONFIG
     try:
-        async with existing_store(settings) as store:
+        async with existing_store(settings.storage) as store:
             pairing = Pairing(store)
             if args.pair_command == "list":
                 return _print_list(await pairing.pending(), await pairing.approved(), pairing.now())

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge.cli import EXIT_RUNTIME, fail
+from bridge.cli.exits import EXIT_RUNTIME, fail
 from bridge.config import Settings
 from bridge.errors import StoreError
 
@@ -45,10 +45,10 @@ def add_parser(sub: Any, config_help: str) -> None:
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    from bridge.cli_store import existing_store
+    from bridge.store.backends import existing_store
 
     try:
-        async with existing_store(settings) as store:
+        async with existing_store(settings.storage) as store:
             if args.tasks_command == "list":
                 return _print_list(await store.list_tasks(None, live_only=not args.all))
             if args.tasks_command == "cancel":

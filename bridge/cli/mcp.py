@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge.cli import EXIT_RUNTIME
+from bridge.cli.exits import EXIT_RUNTIME
 from bridge.config import Settings
 from bridge.errors import ToolSourceError
 from bridge.tools.base import schemas_json

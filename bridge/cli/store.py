@@ -2,46 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from bridge.cli import EXIT_RUNTIME, fail
-from bridge.config import Settings, mask_url
+from bridge.cli.exits import EXIT_RUNTIME, fail
+from bridge.config import Settings
+from bridge.config.base import mask_url
 from bridge.errors import StoreError
-
-if TYPE_CHECKING:
-    from bridge.store.tables import DatabaseStore
-
-
-@contextlib.asynccontextmanager
-async def existing_store(settings: Settings) -> AsyncIterator[DatabaseStore]:
-    """The bot's database for a read-only command; StoreError when there is no SQLite file (none is
-    created). A PostgreSQL database is opened as it is (and its schema brought up to date)."""
-    from bridge.store.backends import store_for
-
-    if not settings.storage.postgres and not settings.storage.path.is_file():
-        raise StoreError(f"no database at {settings.storage.path}")
-    store = store_for(settings.storage)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def show_trace(settings: Settings, run_id: str, *, as_json: bool) -> int:
     """`bridge trace RUN_ID`: the run's stored trace, readable or as JSON."""
     from bridge.agent.trace import expand_trace, format_trace
+    from bridge.store.backends import existing_store
 
     try:
-        async with existing_store(settings) as store:
+        async with existing_store(settings.storage) as store:
             run = await store.get_run(run_id)
             text = await store.get_trace(run_id) if run else None
     except StoreError as exc:
@@ -61,8 +41,10 @@ async def show_trace(settings: Settings, run_id: str, *, as_json: bool) -> int:
 
 async def list_runs(settings: Settings, session_key: str | None, limit: int) -> int:
     """`bridge runs`: newest first, one line each."""
+    from bridge.store.backends import existing_store
+
     try:
-        async with existing_store(settings) as store:
+        async with existing_store(settings.storage) as store:
             runs = await store.list_runs(session_key=session_key, limit=limit)
     except StoreError as exc:
         return fail(exc, settings)
@@ -82,8 +64,10 @@ async def list_runs(settings: Settings, session_key: str | None, limit: int) -> 
 
 async def show_status(settings: Settings) -> int:
     """`bridge status`: the workers on the database, the active one first, and what each holds."""
+    from bridge.store.backends import existing_store
+
     try:
-        async with existing_store(settings) as store:
+        async with existing_store(settings.storage) as store:
             workers = await store.workers()
     except StoreError as exc:
         return fail(exc, settings)
@@ -107,8 +91,10 @@ async def show_status(settings: Settings) -> int:
 
 async def backup_database(settings: Settings, target: Path) -> int:
     """`bridge backup PATH`: an online, consistent copy, safe while `bridge run` is writing."""
+    from bridge.store.backends import existing_store
+
     try:
-        async with existing_store(settings) as store:
+        async with existing_store(settings.storage) as store:
             await store.backup(target)
     except StoreError as exc:
         return fail(exc, settings, doing="backup failed")

@@ -1,34 +1,12 @@
-"""`bridge admin` and `bridge health`, and starting the admin server inside `bridge run`."""
+"""`bridge admin` and `bridge health`: where the admin server is, and whether it says all is well."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from bridge.config import Settings
 
-if TYPE_CHECKING:
-    from bridge.app import Bridge
-    from bridge.http.server import AdminServer
-    from bridge.reload import ConfigReloader
-
 HEALTH_TIMEOUT_S = 5.0
-
-
-async def start_admin(
-    bridge: Bridge, adapters: Sequence[Any], settings: Settings, path: Path | None, reloader: ConfigReloader
-) -> AdminServer | None:
-    """The admin server, listening, where [admin] enabled; None otherwise."""
-    if not settings.admin.enabled:
-        return None
-    from bridge.http.server import AdminServer
-
-    server = AdminServer(bridge, adapters, settings, config_path=path, reloader=reloader)
-    await server.start()
-    return server
 
 
 def show_admin(settings: Settings) -> int:
