@@ -39,7 +39,7 @@ SURFACE = "bench"
 OWNER = "owner"
 # The owner's DMs are the `main` session, which the sessions tools may read.
 SESSION_KEY = "main"
-# The local model has 8k tokens of context (see bridge.cli.with_local_model).
+# The local model has 8k tokens of context (see bridge.cli.serve.with_local_model).
 HISTORY_MAX_CHARS = 16_000
 
 

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from bridge.config import DEFAULT_PROFILE, Settings
+from bridge.config import Settings
+from bridge.config.llm import DEFAULT_PROFILE
 from bridge.errors import PairingLimited
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing, minutes_left, who
