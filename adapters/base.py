@@ -26,7 +26,7 @@ minimal one. In short:
 - The optional operations its platform offers, overriding the defaults: `edit` and `edit_reply`,
   `typing`, `split`, `stream`, `send_file`, `download`, `start_sending`. A default either does the
   plain thing or raises `bridge.errors.Unsupported`, which the core expects and handles.
-- Attachments: set `Inbound.attachments` (bridge.media.model.Attachment: kind `image`, `audio` or
+- Attachments: set `Inbound.attachments` (bridge.events.Attachment: kind `image`, `audio` or
   `file`, a name, `ref` the platform's handle, mime type and size when known) and the caption as the
   text; never download in the handler. `download(attachment, max_bytes)` fetches one when a run
   needs it, raising `bridge.errors.MediaError` with a short reason (too large, gone).

@@ -15,8 +15,7 @@ from typing import TextIO
 from adapters.console_files import ATTACH, local_attachment, read_local
 from bridge.config import Settings
 from bridge.errors import IntakeUnavailable
-from bridge.events import Inbound, InboundHandler, Outbound, Route
-from bridge.media.model import Attachment
+from bridge.events import Attachment, Inbound, InboundHandler, Outbound, Route
 from bridge.platform import Adapter
 
 CONSOLE_USER = "local"

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from bridge.errors import MediaError
+from bridge.events import Attachment, MediaKind
 from bridge.media.bounded import too_large
-from bridge.media.model import Attachment, MediaKind
 
 # A line the console turns into a message with a file instead of text.
 ATTACH = re.compile(r"^/attach(\s|$)")

@@ -21,9 +21,8 @@ from adapters import discord_media
 from bridge.config import Settings
 from bridge.config.platforms import DiscordSettings
 from bridge.errors import AdapterStartError, IntakeUnavailable
-from bridge.events import ChatType, Inbound, InboundHandler, Outbound, Route
+from bridge.events import Attachment, ChatType, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
-from bridge.media.model import Attachment
 from bridge.platform import Adapter
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, with_retries
 from bridge.text import split_message

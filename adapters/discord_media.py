@@ -11,8 +11,8 @@ import discord
 from discord.http import HTTPClient
 
 from bridge.errors import MediaError
+from bridge.events import Attachment, MediaKind, OutFile, megabytes
 from bridge.media.bounded import CHUNK_BYTES, read_at_most
-from bridge.media.model import Attachment, MediaKind, OutFile, megabytes
 from bridge.retry import GIVE_UP, RETRY, Backoff, Sleep, Verdict, with_retries
 
 log = logging.getLogger(__name__)

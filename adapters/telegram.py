@@ -43,9 +43,8 @@ from adapters.telegram_updates import (
 from bridge.config import Settings
 from bridge.config.platforms import TelegramSettings
 from bridge.errors import AdapterStartError
-from bridge.events import Inbound, InboundHandler, Outbound, Route
+from bridge.events import Attachment, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
-from bridge.media.model import Attachment
 from bridge.platform import Adapter
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after, with_retries
 from bridge.serving import ConnectionLimits

@@ -12,8 +12,8 @@ from telegram import Bot, Message
 from telegram.error import BadRequest, NetworkError, TelegramError, TimedOut
 
 from bridge.errors import MediaError
+from bridge.events import Attachment, MediaKind, OutFile, megabytes
 from bridge.media.bounded import CHUNK_BYTES, read_at_most
-from bridge.media.model import Attachment, MediaKind, OutFile, megabytes
 
 # Runs a Bot API request with the adapter's retries (flood waits, network errors).
 Retrying = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]

@@ -26,14 +26,11 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from bridge.errors import Unsupported
-from bridge.events import InboundHandler, Outbound, Route
+from bridge.events import Attachment, InboundHandler, Outbound, Route
 from bridge.text import split_message
-
-if TYPE_CHECKING:
-    from bridge.media.model import Attachment
 
 # (method, path, aiohttp handler): a route the core asks an adapter's own HTTP server to serve.
 HttpRoute = tuple[str, str, Callable[..., Awaitable[Any]]]

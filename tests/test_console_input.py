@@ -17,9 +17,8 @@ from pathlib import Path
 
 from adapters.console import ConsoleAdapter
 from bridge.errors import IntakeUnavailable
-from bridge.events import Inbound, Outbound, Route
+from bridge.events import Inbound, Outbound, OutFile, Route
 from bridge.localmodel import process_start
-from bridge.media.model import OutFile
 from tests.fakes import openai_server as fake_replies
 from tests.fakes.openai_server import FakeOpenAI
 from tests.processes import bridge_command, bridge_env, start_bridge

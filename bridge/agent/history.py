@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from bridge.events import framed
 from bridge.llm.base import ChatMessage, ToolCall
-from bridge.media.model import framed, images_of
+from bridge.media.parts import images_of
 from bridge.store.base import MessageRow
 
 _TOOL_KINDS = ("tool_call", "tool_result")

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from bridge.errors import AdapterLifecycleError
-from bridge.events import Outbound, OutboundKind, Route
+from bridge.events import Outbound, OutboundKind, OutFile, Route
 from bridge.live import LiveEvents
-from bridge.media.model import OutFile
 from bridge.platform import Sender
 from bridge.store.base import OutboxRow, OutboxState
 from bridge.store.tables import DatabaseStore

@@ -13,7 +13,7 @@ from bridge.agent.runner import RETRY_HINT, AgentRunner
 from bridge.agent.runstate import CUT_SHORT_ERROR, MediaReader
 from bridge.config.runs import RunsSettings
 from bridge.errors import IntakeUnavailable, StoreError
-from bridge.events import Inbound, Outbound, Route
+from bridge.events import Attachment, Inbound, Outbound, Route, dumps
 from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
@@ -23,7 +23,6 @@ from bridge.gateway.policy import PolicyGate
 from bridge.gateway.streaming import DraftReply, LiveReply
 from bridge.live import LiveEvents
 from bridge.media.intake import MediaIntake
-from bridge.media.model import Attachment, dumps
 from bridge.sessions.service import SessionService
 from bridge.store.base import MessageRow, OutboxItem, RunRow, SessionRow
 from bridge.text import scrub

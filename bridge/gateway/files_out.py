@@ -6,10 +6,9 @@ import asyncio
 import mimetypes
 from pathlib import Path
 
-from bridge.events import Outbound, Route
+from bridge.events import Outbound, OutFile, Route, megabytes
 from bridge.gateway.delivery import Delivery
 from bridge.media.blobs import MediaStore
-from bridge.media.model import OutFile, megabytes
 from bridge.media.parts import image_type
 from bridge.store.base import SessionRow
 from bridge.tools.base import ToolResult

@@ -9,7 +9,7 @@ from bridge.events import InboundHandler, Outbound, Route
 from bridge.platform import Adapter, HttpRoute, Sender
 
 if TYPE_CHECKING:
-    from bridge.media.model import Attachment
+    from bridge.events import Attachment
 
 State = Literal["new", "sending", "starting", "running", "stopped"]
 

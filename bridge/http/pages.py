@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import jinja2
 from aiohttp import web
 
-from bridge.media.model import framed
+from bridge.events import framed
 
 # Pages hold conversations and config: no caching, no framing, no script or style from elsewhere.
 # Every script and style is a file under /static/, so no inline code is allowed at all.

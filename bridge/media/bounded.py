@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable
 
 from bridge.errors import MediaError
-from bridge.media.model import megabytes
+from bridge.events import megabytes
 
 # The size adapters ask their HTTP client for: small enough that stopping after the limit wastes
 # little, large enough that reading costs few iterations.

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from bridge.config import Settings
 from bridge.errors import MediaError, Unsupported
+from bridge.events import Attachment, dumps, loads, megabytes
 from bridge.media.blobs import MediaStore
-from bridge.media.model import Attachment, dumps, loads, megabytes
 from bridge.media.parts import image_type
 from bridge.media.stt import Transcriber
 from bridge.metrics import Metrics

@@ -6,6 +6,7 @@ import dataclasses
 import re
 from typing import Any
 
+from bridge.events import loads
 from bridge.llm.base import ChatMessage, Image
 from bridge.media.blobs import MediaStore
 
@@ -73,3 +74,12 @@ def without_image_data(value: Any) -> Any:
     if isinstance(value, str) and (match := _DATA_URL.match(value)):
         return f"{match.group(0)}<{len(value) - match.end()} characters>"
     return value
+
+
+def images_of(media: str | None) -> tuple[Image, ...]:
+    """The stored images of a media column, as references a request may fill with their bytes."""
+    return tuple(
+        Image(a.name, a.mime or "image/jpeg", a.sha256)
+        for a in loads(media)
+        if a.kind == "image" and a.sha256 is not None and a.problem is None
+    )

@@ -11,7 +11,7 @@ import httpx
 
 from bridge.config.media import SttSettings
 from bridge.errors import MediaError
-from bridge.media.model import megabytes
+from bridge.events import megabytes
 from bridge.retry import Backoff, RetryableError, parse_retry_after, with_retries
 
 log = logging.getLogger(__name__)

@@ -56,7 +56,7 @@ class MessageRow:
     sender: str | None = None
     # Set on a 'user' row another session's agent injected (sessions_send): that session's key.
     via_session: str | None = None
-    # A user message's attachments, as JSON (bridge.media.model.loads reads it).
+    # A user message's attachments, as JSON (bridge.events.loads reads it).
     media: str | None = None
     # For rows written by a run: the newest user message that run answered (see build_messages).
     anchor: int | None = None
@@ -137,7 +137,7 @@ class OutboxItem:
     # The platform message this chunk replaces by editing it (a streamed draft); an edit is safe to
     # repeat after a crash, where a send is not.
     edit_of: str | None = None
-    # A file to send with the chunk (its text is the caption), as JSON (bridge.media.model.OutFile).
+    # A file to send with the chunk (its text is the caption), as JSON (bridge.events.OutFile).
     file: str | None = None
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bridge.config import Settings
 from bridge.config.media import SttSettings
-from bridge.media.model import loads
+from bridge.events import loads
 from tests.adapters.conftest import CHANNEL, RigFactory
 from tests.adapters.conftest import DISCORD_OWNER as OWNER
 from tests.fakes import openai_server as fake

@@ -15,9 +15,8 @@ from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from bridge.app import Bridge
 from bridge.errors import AdapterLifecycleError, AdapterStartError, Unsupported
-from bridge.events import Inbound, Outbound, Route
+from bridge.events import Attachment, Inbound, Outbound, OutFile, Route
 from bridge.gateway.lifecycle import GuardedAdapter
-from bridge.media.model import Attachment, OutFile
 from tests.harness import make_settings
 
 ROUTE = Route("fake", "chat-1")

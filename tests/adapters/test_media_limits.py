@@ -15,7 +15,7 @@ from adapters.console_files import read_local
 from bridge.config import Settings
 from bridge.config.media import SttSettings
 from bridge.errors import MediaError
-from bridge.media.model import Attachment, loads
+from bridge.events import Attachment, loads
 from bridge.store.base import MessageRow
 from tests.adapters.conftest import DISCORD_OWNER as DC_OWNER
 from tests.adapters.conftest import OWNER, RigFactory, TelegramRig

@@ -8,7 +8,7 @@ from pathlib import Path
 from bridge.config import Settings
 from bridge.config.media import SttSettings
 from bridge.config.session import SendPolicySettings
-from bridge.media.model import loads
+from bridge.events import loads
 from bridge.store.base import MessageRow
 from tests.adapters.conftest import OWNER, RigFactory, TelegramRig
 from tests.fakes import openai_server as fake

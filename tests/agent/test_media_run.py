@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bridge.errors import StoreError
-from bridge.media.model import Attachment
+from bridge.events import Attachment
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI, images_in
 from tests.harness import Harness, RecordingSender, running_bridge

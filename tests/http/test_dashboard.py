@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bridge.events import Attachment
 from bridge.http.dashboard import chat_of, timeline
-from bridge.media.model import Attachment
 from tests.fakes.openai_server import FakeOpenAI, text, tool_call
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of

@@ -14,10 +14,10 @@ import pytest
 
 from bridge.config import Settings
 from bridge.errors import MediaError
+from bridge.events import Attachment, dumps, loads, megabytes
 from bridge.media import stt
 from bridge.media.blobs import MediaStore
 from bridge.media.intake import VOICE_NOT_SET_UP, MediaIntake, no_vision_text
-from bridge.media.model import Attachment, dumps, loads, megabytes
 from bridge.retry import Backoff
 from bridge.store.base import MessageRow
 from bridge.store.sqlite import SQLiteStore

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from bridge.events import Attachment, OutFile, dumps, framed, loads
 from bridge.llm.base import Image
-from bridge.media.model import Attachment, OutFile, dumps, framed, images_of, loads
+from bridge.media.parts import images_of
 
 SHA = "ab" * 32
 PHOTO = Attachment("image", "photo.jpg", "file-1", "image/jpeg", 1234)

@@ -15,8 +15,7 @@ from bridge.llm.anthropic import to_anthropic_messages
 from bridge.llm.base import ChatMessage, Image
 from bridge.llm.openai import serialize_message
 from bridge.media.blobs import MediaStore
-from bridge.media.model import images_of
-from bridge.media.parts import ImageReader, image_type, without_image_data
+from bridge.media.parts import ImageReader, image_type, images_of, without_image_data
 from tests.media.samples import GIF87, GIF89, JPEG, NOT_AN_IMAGE, PNG, VOICE, WEBP
 
 # -- image_type -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ the history window a store keeps, so the next run sees what the last one read.""
 
 from __future__ import annotations
 
-from bridge.media.model import Attachment, dumps, loads
+from bridge.events import Attachment, dumps, loads
 from bridge.store.base import SessionRow
 from bridge.store.tables import DatabaseStore
 

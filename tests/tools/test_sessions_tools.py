@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bridge.media.model import Attachment, dumps
+from bridge.events import Attachment, dumps
 from bridge.sessions.authority import Authority
 from bridge.store.base import SessionMeta, SessionRow, ToolExchange
 from bridge.store.sqlite import SQLiteStore

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import Field
 
 from bridge.errors import SessionKeyError
-from bridge.media.model import framed
+from bridge.events import framed
 from bridge.sessions.keys import RESERVED_KEYS, kind
 from bridge.store.base import MessageRow, SessionRow, SessionSummary
 from bridge.tools.arguments import Arguments, Count, Seconds, Text, typed_tool
