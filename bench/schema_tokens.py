@@ -16,10 +16,10 @@ from bpe_openai.tokenizer import Encoding
 from bench.catalogue import catalogue_groups
 from bench.common import table, write_results
 from bridge.agent.prompt import build_system_prompt
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.store.base import SessionRow
 from bridge.tools.base import Tool, schemas_json
-from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
 
 ENCODING = "o200k_base"

@@ -14,7 +14,7 @@ from bridge.errors import ConfigError, SessionKeyError, StoreError
 
 def check_config(settings: Settings, path: Path | None) -> int:
     """Print the effective settings, or what `bridge run` would reject in them (exit status 2)."""
-    from bridge.tools.catalog import build_registry
+    from bridge.app.registry import build_registry
 
     try:
         # The tools the app would offer, built as the app builds them: manifests and disabled names.

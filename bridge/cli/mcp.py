@@ -45,7 +45,7 @@ def token_counter() -> tuple[Any, str]:
 
 
 async def run(settings: Settings, args: Any) -> int:
-    from bridge.tools.catalog import build_registry
+    from bridge.app.registry import build_registry
 
     registry = build_registry(settings)
     sources: list[tuple[str, McpToolSource | None]] = []

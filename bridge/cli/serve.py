@@ -40,7 +40,7 @@ def _watch_config(bridge: Bridge, settings: Settings, path: Path | None) -> Conf
 
 async def chat(settings: Settings, path: Path | None = None) -> int:
     # Imported here so `check-config` stays fast and works even if a runtime dependency is broken.
-    from bridge.app import Bridge, load_adapter_class
+    from bridge.app.root import Bridge, load_adapter_class
     from bridge.gateway.lifecycle import GuardedAdapter
 
     # The guard is what the core sends through; the console's own calls (notice, wait_closed) and
@@ -159,7 +159,7 @@ async def start_admin(
 
 
 async def run(settings: Settings, path: Path | None = None) -> int:
-    from bridge.app import Bridge, load_adapter_class
+    from bridge.app.root import Bridge, load_adapter_class
     from bridge.gateway.lifecycle import GuardedAdapter
 
     names = enabled_platforms(settings)
@@ -183,7 +183,7 @@ async def run(settings: Settings, path: Path | None = None) -> int:
         recovering: asyncio.Task[None] | None = None
         listening: list[asyncio.Task[None]] = []
         try:
-            from bridge.gateway.platforms import holding, start_shared
+            from bridge.app.platforms import holding, start_shared
 
             if bridge.shared:
                 listening = await start_shared(bridge, adapters, names, settings, stop, started)

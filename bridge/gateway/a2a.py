@@ -6,22 +6,19 @@ import asyncio
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bridge.agent.runner import AgentRunner
 from bridge.agent.runstate import RunResult
 from bridge.config import Settings
 from bridge.events import Outbound, Route
 from bridge.gateway.delivery import Delivery
-from bridge.gateway.lanes import Lanes
+from bridge.gateway.lanes import Lanes, SharedLanes
 from bridge.gateway.policy import PolicyGate
 from bridge.sessions.authority import Authority
 from bridge.store.base import SessionRow
 from bridge.store.tables import DatabaseStore
 from bridge.tools.base import AGENT_CHANNEL
-
-if TYPE_CHECKING:
-    from bridge.gateway.sharing import WorkShare
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +80,7 @@ class AgentToAgent:
         self.runner = runner
         self.lanes = lanes
         # Set where several workers share the database (bridge.gateway.sharing).
-        self.share: WorkShare | None = None
+        self.share: SharedLanes | None = None
         self.delivery = delivery
         self.gate = gate
         self._tasks: set[asyncio.Task[None]] = set()

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bridge.agent.toolcalls import ToolStep
 from bridge.events import Outbound, Route
+from bridge.platform import Sender
 
-if TYPE_CHECKING:
-    from bridge.gateway.delivery import Delivery
+
+class Outlet(Protocol):
+    """What the activity display and streamed drafts need of delivery (bridge.gateway.delivery): the
+    chat's sender, the outbox, and edits in place. Delivery makes them and hands itself in; typed by
+    this, they need not import it back."""
+
+    def sender(self, surface: str) -> Sender | None: ...
+
+    async def enqueue(self, item: Outbound, *, durable: bool = True) -> asyncio.Future[str | None]: ...
+
+    async def edit(
+        self, route: Route, message_id: str, text: str, session_key: str | None = None
+    ) -> None: ...
+
 
 _MARK = {"running": "…", "ok": "✓", "error": "✗"}
 
@@ -28,7 +41,7 @@ class ActivityReporter:
     """
 
     def __init__(
-        self, delivery: Delivery, route: Route, run_id: str | None, session_key: str | None = None
+        self, delivery: Outlet, route: Route, run_id: str | None, session_key: str | None = None
     ) -> None:
         self.delivery = delivery
         # Activity is not a reply to the user's message; only the final answer is.

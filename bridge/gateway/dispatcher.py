@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from typing import TYPE_CHECKING
 
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import RETRY_HINT, AgentRunner
@@ -17,7 +16,7 @@ from bridge.events import Attachment, Inbound, Outbound, Route, dumps
 from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
-from bridge.gateway.lanes import Lanes
+from bridge.gateway.lanes import Lanes, SharedLanes
 from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate
 from bridge.gateway.streaming import DraftReply, LiveReply
@@ -27,9 +26,6 @@ from bridge.sessions.service import SessionService
 from bridge.store.base import MessageRow, OutboxItem, RunRow, SessionRow
 from bridge.text import scrub
 from bridge.tools.base import AGENT_CHANNEL
-
-if TYPE_CHECKING:
-    from bridge.gateway.sharing import WorkShare
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +93,7 @@ class Dispatcher:
         self.media = services.media
         # Set where several workers share the database: stored messages are then claimed from the
         # shared intake queue by whichever worker has room, under the chat's lease.
-        self.share: WorkShare | None = None
+        self.share: SharedLanes | None = None
 
     async def handle(self, inbound: Inbound) -> Done | None:
         """Take one message; IntakeUnavailable when it could not be stored (offer it again later)."""

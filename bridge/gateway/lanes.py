@@ -8,12 +8,27 @@ import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
 # A coroutine, not any awaitable: the lane runs it as a task so that /stop can cancel it.
 Job = Callable[[], Coroutine[Any, Any, None]]
+
+
+class SharedLanes(Protocol):
+    """The lanes of chats that several workers share (bridge.gateway.sharing.WorkShare): a chat's runs
+    go where its lease is held. What the dispatcher and agent-to-agent turns ask of them."""
+
+    def kick(self) -> None:
+        """A message was stored in the shared intake: claim now rather than at the next poll."""
+
+    async def run_leased(self, key: str, job: Job) -> asyncio.Future[None] | None:
+        """Run `job` in the chat's lane under its lease (/retry); None if another run holds the chat."""
+
+    async def when_leased(self, key: str, job: Job) -> None:
+        """Run `job` in the chat's lane under its lease, waiting for the lease while another run holds
+        the chat."""
 
 
 @dataclass(slots=True)

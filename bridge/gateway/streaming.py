@@ -6,14 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 from bridge.events import Outbound, Route
+from bridge.gateway.activity import ActivityReporter, Outlet
 from bridge.platform import Sender
-
-if TYPE_CHECKING:
-    from bridge.gateway.activity import ActivityReporter
-    from bridge.gateway.delivery import Delivery
 
 log = logging.getLogger(__name__)
 # How long the reply waits for its draft to be sent before it goes as a message of its own.
@@ -73,7 +69,7 @@ class DraftReply:
     draft message as it streams, edited at most once per the platform's min_edit_interval_s. The
     reply then edits the last draft into its first chunk, formatted (reply_target)."""
 
-    def __init__(self, delivery: Delivery, route: Route, session_key: str, interval: float) -> None:
+    def __init__(self, delivery: Outlet, route: Route, session_key: str, interval: float) -> None:
         self.delivery = delivery
         # The draft answers the user's message as the reply would (Telegram quotes it in groups); the
         # reply, which edits it, keeps that.

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
-
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 from bridge.store.engine import Cursor, Params
+
+if TYPE_CHECKING:
+    # Only for the type: psycopg is the `postgresql` extra, and a SQLite install imports this module
+    # (the intake table's SQL lives beside the leases) without it.
+    import psycopg
 
 
 class PgConn:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge.agent.prompt import build_system_prompt
+from bridge.app.registry import build_registry
 from bridge.store.base import SessionRow
-from bridge.tools.catalog import build_registry
 from tests.harness import make_settings
 
 

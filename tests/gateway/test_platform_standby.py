@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from bridge.app import platforms
 from bridge.errors import StoreError
-from bridge.gateway import platforms
 from tests.waiting import eventually
 
 

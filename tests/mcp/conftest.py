@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.sessions.authority import Authorities, Authority
 from bridge.tools.base import ToolContext
-from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
 from tests.pg import free_port
 from tests.waiting import eventually

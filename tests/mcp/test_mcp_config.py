@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from bridge.app.registry import build_registry
 from bridge.errors import ConfigError
 from bridge.logs import secret_values
-from bridge.tools.catalog import build_registry
 from tests.mcp.conftest import mcp_settings
 from tests.test_cli import bridge
 

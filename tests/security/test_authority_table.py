@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.events import ChatType, Inbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.sessions.authority import Authority
 from bridge.store.base import SessionMeta, SessionRow
 from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolResult
-from bridge.tools.catalog import build_registry
 from tests.fakes.openai_server import FakeOpenAI
 from tests.harness import OWNER, Harness, running_bridge
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.sessions.authority import Authorities, Authority
 from bridge.store.sqlite import SQLiteStore
 from bridge.tools.base import Tool, ToolContext
-from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
 
 MakeContext = Callable[..., ToolContext]

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.errors import ManifestError
 from bridge.tools.arguments import arguments_schema, check_parameters, validate_arguments
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult
-from bridge.tools.catalog import build_registry
 from bridge.tools.manifest import load_manifest
 from tests.fakes import openai_server as fake
 from tests.fakes.openai_server import FakeOpenAI

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.sessions.authority import Authorities, Authority
 from bridge.tools.base import ToolContext, ToolResult
 from bridge.tools.builtin.core import load_tool_group
-from bridge.tools.catalog import build_registry
 from bridge.tools.registry import ToolRegistry
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.errors import ConfigError, ManifestError
 from bridge.tools.base import ToolContext, ToolResult
-from bridge.tools.catalog import build_registry
 from bridge.tools.manifest import load_manifest, manifest_files
 from tests.tools.conftest import MakeContext
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.errors import RegistryError
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
 from bridge.tools.builtin.core import core_tools
-from bridge.tools.catalog import build_registry
 from bridge.tools.registry import LISTING_DESCRIPTION_MAX, ToolRegistry
 
 

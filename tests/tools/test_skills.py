@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from bridge.agent.prompt import build_system_prompt
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.sessions.authority import Authorities, Authority
 from bridge.skills import DESCRIPTION_MAX, MAX_LISTED_FILES, SkillCatalog, SkillError
@@ -17,7 +18,6 @@ from bridge.store.base import SessionRow
 from bridge.tools.base import ToolContext, ToolResult
 from bridge.tools.builtin.files import list_files, read_file, write_file
 from bridge.tools.builtin.skills import load_skill
-from bridge.tools.catalog import build_registry
 
 
 def write_skill(

@@ -13,7 +13,7 @@ from bridge.errors import StoreError, Unsupported
 from bridge.store.claims import STANDBY_POLL_S
 
 if TYPE_CHECKING:
-    from bridge.app import Bridge
+    from bridge.app.root import Bridge
     from bridge.gateway.lifecycle import GuardedAdapter
 
 log = logging.getLogger("bridge")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import AgentRunner
+from bridge.app.registry import build_registry
 from bridge.config import Settings
 from bridge.errors import ConfigError
 from bridge.events import Inbound
@@ -41,7 +42,6 @@ from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
 from bridge.store.postgres import PostgresEngine, PostgresStore
 from bridge.tools.base import ToolGroup
-from bridge.tools.catalog import build_registry
 
 if TYPE_CHECKING:
     from bridge.gateway.sharing import WorkShare
