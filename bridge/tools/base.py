@@ -10,36 +10,31 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
+from bridge.tools.checking import checked_arguments
+
+# ToolResult lives in a leaf module (the argument checking builds on it too); it is part of this
+# module's vocabulary, and imported from here.
+from bridge.tools.result import ToolResult as ToolResult
+
 if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.sessions.authority import Authorities, Authority
     from bridge.store.base import SessionRow
     from bridge.store.tables import DatabaseStore
     from bridge.tasks.catalog import TaskCatalog
-    from bridge.tools.registry import ToolRegistry
 
 
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What a tool hands back: data for the model, never an exception into the loop."""
+class ToolLookup(Protocol):
+    """What a tool may ask of the registry it runs with (bridge.tools.registry.ToolRegistry): its
+    groups, loading one, and a tool by name."""
 
-    ok: bool
-    content: str
-    code: str | None = None
+    def group(self, name: str) -> ToolGroup | None: ...
 
-    @classmethod
-    def success(cls, content: str | dict[str, Any] | list[Any]) -> ToolResult:
-        if not isinstance(content, str):
-            content = json.dumps(content, ensure_ascii=False, default=str)
-        return cls(ok=True, content=content)
+    def groups(self) -> list[ToolGroup]: ...
 
-    @classmethod
-    def error(cls, code: str, message: str) -> ToolResult:
-        return cls(ok=False, content=f"Error [{code}]: {message}", code=code)
+    async def load(self, group: ToolGroup) -> tuple[Tool, ...]: ...
 
-    @property
-    def status(self) -> str:
-        return "success" if self.ok else "error"
+    def get(self, tool_name: str) -> Tool | None: ...
 
 
 class SessionMessenger(Protocol):
@@ -72,7 +67,7 @@ class ToolContext:
 
     settings: Settings
     store: DatabaseStore
-    registry: ToolRegistry
+    registry: ToolLookup
     session: SessionRow
     run_id: str
     # Whom the run acts for: every tool that could reach another chat or an owner's data asks it.
@@ -120,13 +115,14 @@ class Tool:
 
         The runner does the same in two steps, so it can time the run alone.
         """
-        # Imported here: bridge.tools.arguments builds on this module.
-        from bridge.tools.arguments import validate_arguments
-
-        checked = validate_arguments(self, args)
+        checked = self.check(args)
         if isinstance(checked, ToolResult):
             return checked
         return await self.run(checked, ctx)
+
+    def check(self, args: dict[str, Any]) -> BaseModel | dict[str, Any] | ToolResult:
+        """What `run` receives for these JSON arguments, or the one invalid_arguments result instead."""
+        return checked_arguments(self.name, self.arguments, self.parameters, args)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool form sent to the model."""

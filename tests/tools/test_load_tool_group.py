@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -12,6 +12,11 @@ from bridge.sessions.authority import Authorities, Authority
 from bridge.tools.base import ToolContext, ToolResult
 from bridge.tools.builtin.core import load_tool_group
 from bridge.tools.registry import ToolRegistry
+
+
+def registry_of(ctx: ToolContext) -> ToolRegistry:
+    """The whole registry the context was made with (a tool sees only its lookups)."""
+    return cast(ToolRegistry, ctx.registry)
 
 
 def make_context(registry: ToolRegistry) -> ToolContext:
@@ -46,7 +51,7 @@ async def test_success_lists_every_tool_with_its_description_and_loads_the_group
     for tool in group.tools:
         assert f"- {tool.name}: {tool.description.strip().splitlines()[0]}" in result.content
     assert ctx.loaded_groups == {"files"}
-    assert {t.name for t in group.tools} <= {t.name for t in ctx.registry.active_tools(ctx.loaded_groups)}
+    assert {t.name for t in group.tools} <= {t.name for t in registry_of(ctx).active_tools(ctx.loaded_groups)}
 
 
 async def test_unknown_group_lists_all_available_groups(ctx: ToolContext) -> None:
@@ -97,14 +102,14 @@ async def test_group_with_no_tools_left_is_an_empty_group_error() -> None:
 async def test_second_load_is_success_and_idempotent(ctx: ToolContext) -> None:
     """TEST-040-07."""
     first = await call(ctx, group_name="web")
-    active_once = [t.name for t in ctx.registry.active_tools(ctx.loaded_groups)]
+    active_once = [t.name for t in registry_of(ctx).active_tools(ctx.loaded_groups)]
     second = await call(ctx, group_name="web")
     assert first.ok
     assert second.ok
     assert "already loaded" in second.content
     assert "webfetch" in second.content
     assert ctx.loaded_groups == {"web"}
-    assert [t.name for t in ctx.registry.active_tools(ctx.loaded_groups)] == active_once
+    assert [t.name for t in registry_of(ctx).active_tools(ctx.loaded_groups)] == active_once
 
 
 async def test_restored_group_is_reported_as_already_loaded(registry: ToolRegistry) -> None:

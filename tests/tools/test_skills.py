@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
@@ -18,6 +18,7 @@ from bridge.store.base import SessionRow
 from bridge.tools.base import ToolContext, ToolResult
 from bridge.tools.builtin.files import list_files, read_file, write_file
 from bridge.tools.builtin.skills import load_skill
+from bridge.tools.registry import ToolRegistry
 
 
 def write_skill(
@@ -299,7 +300,7 @@ async def test_a_skill_called_like_a_tool_is_answered_with_how_to_load_it(ctx: T
     from bridge.agent.toolcalls import ToolCaller
     from bridge.llm.base import ToolCall
 
-    caller = ToolCaller(ctx.settings, ctx.store, ctx.registry)
+    caller = ToolCaller(ctx.settings, ctx.store, cast(ToolRegistry, ctx.registry))
     result = await caller.execute(ctx, ToolCall("c", "pdf-forms", "{}"))
     assert result.code == "not_loaded"
     assert result.content == (
