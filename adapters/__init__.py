@@ -1,1 +1,8 @@
-"""Platform adapters: each turns platform events into Inbound and Outbound into platform calls."""
+"""Platform adapters, each a plugin found through the `bridge.adapters` entry point: `telegram.py`
+(with `telegram_updates.py`, `telegram_format.py`, `telegram_media.py`), `discord.py` (with
+`discord_media.py`) and `console.py` (with `console_files.py`). `base.py` is the plugin API's guide.
+
+Each implements bridge.platform's Adapter and may import only the core's public vocabulary (bridge.events,
+bridge.platform, bridge.errors and the base utilities, config sections, bridge.media's bounded read);
+no platform imports another, and the core imports none of them (contracts in pyproject.toml).
+"""

@@ -1,4 +1,5 @@
-"""Settings (layer 10): a TOML file overridden by BRIDGE_<SECTION>__<KEY> environment variables.
+"""Settings, under everything but the grammars it checks with and the base modules: a TOML file
+overridden by BRIDGE_<SECTION>__<KEY> environment variables.
 
 `settings.py` is the root, `Settings`, and each section has a module of its own: `platforms`
 ([telegram], [discord], access), `llm`, `agent`, `runs` ([runs], [delivery]), `session` (send policy),
@@ -7,9 +8,10 @@ all on `base.py` (`Section`, URL checks and redaction). `io.py` reads TOML and t
 Settings and renders them back, secrets redacted. Import a name from its module; `Settings`
 and the names below stay importable from `bridge.config` itself.
 
-May import pydantic and the base modules (`bridge.errors`, `bridge.text`, ...), nothing above.
-Not yet: `tasks.py` checks a hook's session keys and prompt with `bridge.sessions.keys` and
-`bridge.tasks.template`, and `skills.py` reads the skills with `bridge.skills`, when the config loads.
+May import pydantic, the base modules (`bridge.errors`, `bridge.text`, ...) and the grammars it checks
+values with, which import nothing of Bridge's and sit below it in the layers: `bridge.sessions.keys`
+(a hook's session keys), `bridge.tasks.template` (a hook's prompt) and `bridge.skills` (SKILL.md
+files, read when the config loads).
 """
 
 from bridge.config.admin import AdminSettings

@@ -1,5 +1,5 @@
-"""Durable storage (layer 9): sessions, messages, runs, the outbox, memories, pairing, tasks and webhook
-events, on SQLite or PostgreSQL.
+"""Durable storage, under everything but logs, config and the base modules: sessions, messages, runs,
+the outbox, memories, pairing, tasks and webhook events, on SQLite or PostgreSQL.
 
 `tables.DatabaseStore` is the store: one class made of one class per table (`sessions.py`,
 `messages.py`, `runs.py`, `outbox.py`, …), each method written once for both engines

@@ -1,4 +1,4 @@
-"""The task catalogue (layer 7): reading `when` into a schedule (`when.py`), making, listing and
+"""The task catalogue, under the tools: reading `when` into a schedule (`when.py`), making, listing and
 cancelling tasks (`catalog.py`), what a webhook request must carry and which event it names
 (`hooks.py`), and the prompt templates of both (`template.py`).
 

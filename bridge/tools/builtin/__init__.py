@@ -1,1 +1,4 @@
-"""Built-in tools: core tools and the sessions, files and web groups."""
+"""The built-in tools: core tools sent on every turn (`core.py`, `skills.py`), and the groups
+`sessions`, `files` (with `send_file.py` and the `workspace.py` they are confined to), `web` and
+`scheduled_tasks` (`tasks.py`).
+"""
