@@ -402,10 +402,17 @@ class TextModeProvider:
                     completion, correction=UNKNOWN_TOOL_CORRECTION.format(name=made_up)
                 )
             return dataclasses.replace(completion, content=without_calls(completion.content))
-        return completion
+        # Offered no tools (a run's last request): whatever is call-shaped is not the answer.
+        return completion if tools else _answer_only(completion)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _answer_only(completion: Completion) -> Completion:
+    """A last answer as the chat may see it: everything call-shaped taken out (without_calls)."""
+    answer = without_calls(completion.content)
+    return completion if answer == completion.content else dataclasses.replace(completion, content=answer)
 
 
 class NativeModeProvider:
@@ -418,10 +425,9 @@ class NativeModeProvider:
     async def complete(
         self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
     ) -> Completion:
-        # A call leaked into the text is held back as it streams, as in text mode; with no tools
-        # offered (a run's last request) the text is only ever the answer, shown as it comes.
-        if sink is not None and not tools:
-            return await self.inner.complete(messages, tools, sink)
+        # A call leaked into the text is held back as it streams, as in text mode, in every answer:
+        # offered no tools (a run's last request), a small model still writes one, and it must never
+        # stream as the answer.
         return await _held_back(
             lambda out: self.inner.complete(messages, tools, *out),
             lambda completion: self._read(messages, tools, completion),
@@ -431,9 +437,12 @@ class NativeModeProvider:
     def _read(
         self, messages: list[ChatMessage], tools: list[dict[str, Any]], completion: Completion
     ) -> Completion:
-        if completion.tool_calls or not tools:
-            # With no tools offered (a run's last request), text is only ever the answer.
+        if completion.tool_calls:
             return completion
+        if not tools:
+            # Offered no tools (a run's last request), a call in the text is never run and never the
+            # answer: what streams, and what is stored, is the text without it.
+            return _answer_only(completion)
         allowed = _Allowed(tools, self._known, self._groups)
         parsed = parse_leaked(completion.content, allowed, echoes=_results(messages))
         if parsed.call is not None:

@@ -186,6 +186,31 @@ async def test_native_mode_holds_back_a_call_leaked_into_the_text(
     assert sink.whole == ""
 
 
+@pytest.mark.parametrize("wrapper", [NativeModeProvider, TextModeProvider])
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        # What the 0.5B model wrote for a run's last request, offered no tools (the real-model tier).
+        ('```json\n{"name": "sessions_list", "arguments": {"kinds": ["main"]}}\n```', ""),
+        ('{"name": "get_current_time", "arguments": {}}', ""),
+        ('It is 9:00.\n```json\n{"name": "get_current_time", "arguments": {}}\n```', "It is 9:00.\n"),
+    ],
+)
+async def test_a_last_answer_offered_no_tools_streams_exactly_what_is_stored_and_never_a_call(
+    provider: OpenAIProvider,
+    fake_llm: FakeOpenAI,
+    wrapper: type[NativeModeProvider] | type[TextModeProvider],
+    reply: str,
+    answer: str,
+) -> None:
+    fake_llm.push(fake.text(reply))
+    sink = RecordingSink()
+    completion = await wrapper(provider).complete(HELLO, [], sink)
+    assert completion.tool_calls == () and completion.content.strip() == answer.strip()
+    assert sink.whole.strip() == answer.strip()
+    assert '"name"' not in sink.whole and "```" not in sink.whole
+
+
 async def test_hold_back_passes_on_shown_and_begin() -> None:
     outer = RecordingSink()
     held = HoldBack(outer)
