@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +25,8 @@ FINAL_REQUEST = (
 )
 # Tool results of the turn repeated in the last request, newest last.
 FINAL_RESULTS = 3
+# Lines of a result rendered generically in a reply the model did not write.
+GENERIC_LINES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,17 +111,65 @@ class LoopGuard:
         return None
 
 
-def last_answer(content: str | None, stop: Stop, messages: list[ChatMessage]) -> str:
+# Says a tool's successful result in plain words (Tool.plain); None where the tool has no words of
+# its own, and the result is rendered generically.
+Plain = Callable[[str, str], str | None]
+
+
+def last_answer(content: str | None, stop: Stop, messages: list[ChatMessage], plain: Plain) -> str:
     """The reply of a run cut short: the model's last answer, unless there is none.
 
     Offered no tools, a small model still writes a call (fenced or bare) more often than not, or
-    repeats the question. Neither is an answer: the user then gets why the run stopped, and what the
-    tools found, which may be all they asked for (the time somewhere, a file's text).
+    repeats the question. Neither is an answer. The user then gets what the tools found, in plain
+    words, which is often all they asked for (the time somewhere, a file's text); why the run stopped
+    goes to its trace and /status. Only with nothing in hand is the reply the rule's own message.
     """
     answer = without_calls(content) if content is not None else ""
     if _echoes_question(answer, messages):
         answer = ""
-    return answer or stop.message + last_result(messages)
+    return answer or in_words(messages, plain) or stop.message
+
+
+def in_words(messages: list[ChatMessage], plain: Plain) -> str:
+    """The newest successful tool result of the turn, said in plain words, never as raw JSON; "" if
+    the turn has none."""
+    for message in reversed(messages):
+        if _from_person(message):
+            return ""
+        if message.role == "tool" and not message.content.startswith(("Error [", "Not run:")):
+            name = message.name or "the tool"
+            return plain(name, message.content) or _generic(name, message.content)
+    return ""
+
+
+def _generic(name: str, content: str) -> str:
+    """A result with no words of its own: its fields as lines, or its text, shortened."""
+    try:
+        data = loads(content)
+    except ValueError:
+        return f"Here is what {name} returned:\n{truncate(content, 1500)}"
+    lines = list(_lines(data))
+    shown = lines[:GENERIC_LINES] + (
+        [f"… and {len(lines) - GENERIC_LINES} more"] if len(lines) > GENERIC_LINES else []
+    )
+    return f"Here is what {name} found:\n" + "\n".join(shown)
+
+
+def _lines(data: Any, prefix: str = "") -> Iterator[str]:
+    """`- key: value` lines of a JSON value, nested keys joined with dots, values kept short."""
+    if isinstance(data, dict):
+        if not data:
+            yield f"- {prefix or 'result'}: (empty)"
+        for key, value in data.items():
+            yield from _lines(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(data, list):
+        if not data:
+            yield f"- {prefix or 'result'}: (none)"
+        for index, value in enumerate(data, 1):
+            yield from _lines(value, f"{prefix} {index}" if prefix else f"{index}")
+    else:
+        text = "" if data is None else str(data)
+        yield f"- {prefix}: {truncate(' '.join(text.split()), 200)}" if prefix else f"- {text}"
 
 
 def final_request(messages: list[ChatMessage], max_chars: int) -> str:
@@ -147,13 +198,3 @@ def _echoes_question(answer: str, messages: list[ChatMessage]) -> bool:
 def _from_person(message: ChatMessage) -> bool:
     # The runner's own corrections are user messages too; they start with "[Bridge:".
     return message.role == "user" and not message.content.startswith("[Bridge:")
-
-
-def last_result(messages: list[ChatMessage]) -> str:
-    """The newest successful tool result of the turn, for a reply that has no answer from the model."""
-    for message in reversed(messages):
-        if _from_person(message):
-            return ""
-        if message.role == "tool" and not message.content.startswith(("Error [", "Not run:")):
-            return f"\n\nThe last tool result ({message.name}): {truncate(message.content, 600)}"
-    return ""

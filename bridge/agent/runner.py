@@ -341,8 +341,13 @@ class AgentRunner:
             completion = await self._complete(state, messages, [], final=True)
         except ProviderError:
             completion = None
-        answer = last_answer(completion.content if completion else None, stop, state.messages)
+        answer = last_answer(completion.content if completion else None, stop, state.messages, self._plain)
         return RunResult(state.run_id, "stopped", answer, state.iterations, stop_reason=fallback)
+
+    def _plain(self, tool_name: str, content: str) -> str | None:
+        """A tool's result in its own plain words (Tool.plain), where it has them."""
+        tool = self.registry.get(tool_name)
+        return tool.plain(content) if tool is not None and tool.plain is not None else None
 
     async def _complete(
         self,

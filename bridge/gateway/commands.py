@@ -238,6 +238,7 @@ class Commands:
         suppressed = await self.store.count_outbox(session, "suppressed")
         summaries = await self.store.summaries(session.id)
         decision = await self.gate.decide(key, surface)
+        runs = await self.store.list_runs(session_key=session.key, limit=1)
         started = datetime.fromtimestamp(session.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         return "\n".join(
             [
@@ -248,6 +249,13 @@ class Commands:
                 *([f"Loaded skills: {', '.join(loaded_skills) or 'none'}"] if skills else []),
                 f"Model: {self._model_line(session)}",
                 f"State: {'answering' if self.lanes.busy(key) else 'idle'}",
+                # A run a loop rule cut short answered from what it had; the rule is said here, and
+                # in its trace, not in the chat.
+                *(
+                    [f"Last answer: cut short, {runs[0][0].error}"]
+                    if runs and runs[0][0].status == "stopped" and runs[0][0].error
+                    else []
+                ),
                 f"Send policy: {send_state(decision)}",
                 f"Suppressed by the send policy: {suppressed}",
                 f"Summaries of older turns: {len(summaries)}"

@@ -200,9 +200,10 @@ def typed_tool(
     run: Callable[[A, ToolContext], Awaitable[ToolResult]],
     *,
     timeout_s: float | None = None,
+    plain: Callable[[str], str | None] | None = None,
 ) -> Tool:
     """A tool whose arguments are `arguments`: its schema is made from the model, `run` gets an instance."""
-    return Tool(name, description, arguments_schema(arguments), run, timeout_s, arguments)
+    return Tool(name, description, arguments_schema(arguments), run, timeout_s, arguments, plain=plain)
 
 
 def check_parameters(schema: dict[str, Any]) -> None:

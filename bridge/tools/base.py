@@ -109,6 +109,9 @@ class Tool:
     arguments: type[BaseModel] | None = None
     # Where the tool runs, when not in Bridge (e.g. "MCP server 'fs'"): named in its timeout errors.
     origin: str = ""
+    # A successful result said in plain words ("It's 23:32 on Friday in Tokyo (Asia/Tokyo)."), for a
+    # run whose model gives no answer of its own; None falls back to a generic rendering.
+    plain: Callable[[str], str | None] | None = None
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Call the tool as the model does: its JSON arguments validated, then `run` with the result.

@@ -249,9 +249,38 @@ async def test_a_last_answer_written_as_a_call_is_never_the_reply_the_last_resul
     )
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("time in Tokyo?")
+        [(run, _)] = await h.bridge.store.list_runs(session_key="main", limit=1)
     reply = h.sender.of("reply")[-1]
-    assert "```" not in reply and "kept calling `get_current_time`" in reply
-    assert "The last tool result (get_current_time):" in reply and "Asia/Tokyo" in reply
+    # The answer is what the tool found, in plain words; why the run stopped is the run's, not the chat's.
+    assert reply.startswith("It's ") and reply.endswith("in Tokyo (Asia/Tokyo).")
+    assert "```" not in reply and "{" not in reply and "kept calling" not in reply
+    assert run.status == "stopped" and "kept calling `get_current_time`" in (run.error or "")
+
+
+async def test_a_result_with_no_words_of_its_own_is_answered_as_readable_lines_never_raw_json(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("load_tool_group", {"group_name": "sessions"}),
+        fake.tool_call("sessions_list", {}),
+        fake.tool_call("sessions_list", {}),
+        fake.text('{"name": "sessions_list", "arguments": {}}'),
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("which chats are there?")
+    reply = h.sender.of("reply")[-1]
+    assert reply.startswith("Here is what sessions_list found:\n- sessions 1.key: main")
+    assert "{" not in reply and '"' not in reply
+
+
+async def test_with_no_result_in_hand_the_reply_says_why_the_run_stopped(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    bad = {"timezone": "Mars/Olympus"}
+    fake_llm.push(*(fake.tool_call("get_current_time", bad) for _ in range(3)), fake.text(""))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time on Mars?")
+    assert h.sender.of("reply")[-1].startswith("⚠️")
 
 
 async def test_a_last_answer_that_only_repeats_the_question_is_not_the_reply(
@@ -264,7 +293,8 @@ async def test_a_last_answer_that_only_repeats_the_question_is_not_the_reply(
     )
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("what time is it?")
-    assert h.sender.of("reply")[-1].startswith("⚠️ I stopped")
+    # Not the question again: what the tool found.
+    assert h.sender.of("reply")[-1].startswith("It's ")
 
 
 async def test_the_last_request_repeats_this_turns_tool_results_before_asking_for_the_answer(

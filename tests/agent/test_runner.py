@@ -121,9 +121,17 @@ async def test_a_model_that_only_repeats_its_call_gets_a_clear_message_after_one
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("what time is it? use your tool")
         rows = await main_history(h)
+        [(run, _)] = await h.bridge.store.list_runs(session_key="main", limit=1)
     assert len(fake_llm.requests) == 3
     assert [r.tool_status for r in rows if r.kind == "tool_call"] == ["success"]
-    assert "kept calling `get_current_time`" in h.sender.of("reply")[-1]
+    # The time it has is the answer, in plain words; the rule that stopped the run is the run's.
+    assert h.sender.of("reply")[-1].startswith("It's ") and h.sender.of("reply")[-1].endswith("(UTC).")
+    assert "kept calling `get_current_time`" in (run.error or "")
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("/status")
+    assert "Last answer: cut short, ⚠️ I stopped: the model kept calling `get_current_time`" in (
+        h.sender.of("notice")[-1]
+    )
 
 
 async def test_a_failed_call_may_be_retried_once_without_tripping_the_breaker(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -114,8 +115,29 @@ load_tool_group = typed_tool(
     LoadToolGroupArgs,
     _load_tool_group,
 )
+
+
+def _time_in_words(content: str) -> str | None:
+    """get_current_time's result as a person says it: 'It's 23:32 on Friday, 27 November 2026, in
+    Tokyo (Asia/Tokyo).'"""
+    try:
+        data = json.loads(content)
+        moment = datetime.fromisoformat(str(data["iso"]))
+        zone = str(data["timezone"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    said = f"It's {moment:%H:%M} on {moment:%A}, {moment:%-d %B %Y}"
+    if "/" not in zone:
+        return f"{said} ({zone})."
+    return f"{said}, in {zone.rsplit('/', 1)[-1].replace('_', ' ')} ({zone})."
+
+
 get_current_time = typed_tool(
-    "get_current_time", "Get the current date and time.", GetCurrentTimeArgs, _get_current_time
+    "get_current_time",
+    "Get the current date and time.",
+    GetCurrentTimeArgs,
+    _get_current_time,
+    plain=_time_in_words,
 )
 search_history = typed_tool(
     "search_history",
