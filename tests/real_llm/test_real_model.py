@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +84,20 @@ def assert_ended_well(turn: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_asking_the_time_runs_get_current_time_and_ends_with_an_answer(
+async def test_the_newcomers_first_question_is_answered_in_plain_words(
     tmp_path: Path, local_servers: dict[str, str], mode: str
 ) -> None:
-    turn = await one_turn(tmp_path, local_servers[mode], mode, "What time is it? Use your tool.")
+    """The question a new user asks first, as the README's first command leaves them. The 0.5B model
+    calls get_current_time, and then may call it again rather than answer: whatever it does after,
+    the user gets the time in plain words, never a call, raw JSON or the loop rule's message."""
+    turn = await one_turn(tmp_path, local_servers[mode], mode, "What time is it in Tokyo right now?")
     [first, *_] = calls(turn["rows"], "get_current_time")
     assert first.tool_status == "success"
     assert sent_tool_messages(turn["trace"]), "the tool result never went back to the model"
     assert_ended_well(turn)
+    [reply] = turn["replies"]
+    assert not reply.startswith("⚠️") and "{" not in reply and "```" not in reply, reply
+    assert re.search(r"\b\d{1,2}:\d{2}\b", reply) or "Tokyo" in reply, reply
 
 
 @pytest.mark.parametrize("mode", MODES)
