@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -19,9 +17,7 @@ from bridge.tasks.catalog import TaskCatalog
 from bridge.tasks.when import next_fire, when_text
 
 if TYPE_CHECKING:
-    from bridge.config import Settings
-    from bridge.jobs.headless import Headless
-    from bridge.store.tables import DatabaseStore
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -50,20 +46,10 @@ def _own_route(task: TaskRow) -> str | None:
 
 class TaskService(DueLoop, TaskCatalog):
     """The task catalogue (made, listed and cancelled by the tools, commands and CLI), fired from a
-    loop. The tools see it as a TaskCatalog only."""
+    loop. The tools see it as a TaskCatalog only. DueLoop's __init__ sets all the catalogue reads
+    (settings, store, clock, authorities), and its wake() is the one the catalogue calls."""
 
     name = "tasks"
-
-    def __init__(
-        self,
-        settings: Settings,
-        store: DatabaseStore,
-        headless: Headless,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        DueLoop.__init__(self, settings, store, headless, clock=clock)
-        TaskCatalog.__init__(self, settings, store, clock=clock)
 
     # ------------------------------------------------------------------ the loop
 
