@@ -17,7 +17,7 @@ from bridge.config import Settings
 from bridge.errors import ConfigError
 from bridge.events import Inbound
 from bridge.gateway.a2a import AgentToAgent
-from bridge.gateway.access import AccessPolicy
+from bridge.gateway.access import AccessPolicy, Admission
 from bridge.gateway.commands import Commands
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher, DispatchServices
@@ -147,10 +147,9 @@ class Bridge:
                 delivery=self.delivery,
                 lanes=self.lanes,
                 commands=self.commands,
-                access=self.access,
+                admission=Admission(self.access, self.pairing),
                 gate=self.gate,
                 compactor=self.compactor,
-                pairing=self.pairing,
                 live=self.live,
                 media=self.media,
             ),

@@ -10,6 +10,7 @@ from enum import Enum
 from bridge.config import Settings
 from bridge.config.platforms import AccessSettings
 from bridge.events import Inbound
+from bridge.gateway.pairing import Pairing
 
 REFUSAL_INTERVAL_S = 3600.0
 DEFAULT_CODE_TTL_S = 3600.0
@@ -137,6 +138,33 @@ class AccessPolicy:
             self._refused_at = {s: t for s, t in self._refused_at.items() if now - t < REFUSAL_INTERVAL_S}
         self._refused_at[sender] = now
         return Verdict.REFUSE
+
+
+class Admission:
+    """Who may talk, in one step: the access lists, DM pairing and mention gating give one verdict
+    (`decide`); the answer a verdict calls for, a refusal or a stranger's pairing code, comes from here
+    too, once the send policy has let the chat be read."""
+
+    def __init__(self, access: AccessPolicy, pairing: Pairing) -> None:
+        self.access = access
+        self.pairing = pairing
+
+    async def decide(self, inbound: Inbound) -> Verdict:
+        if self.access.pairing_decides(inbound):
+            # `bridge pair` or another worker may have approved or revoked this person since: one
+            # primary-key read, for DMs whose verdict hangs on it only (see pairing.py).
+            await self.pairing.sync(inbound.surface, inbound.sender_id)
+        return self.access.check(inbound)
+
+    async def answer(self, inbound: Inbound, verdict: Verdict) -> str | None:
+        """What a REFUSE or PAIR verdict says to the sender: the refusal, or their pairing code (None:
+        silence, for a code said too recently or past the limit)."""
+        if verdict is Verdict.REFUSE:
+            return refusal_text(inbound)
+        if verdict is Verdict.PAIR:
+            # Their code, or silence: the message itself is neither stored nor shown to the model.
+            return await self.pairing.admit(inbound, ttl_s=self.access.code_ttl_s(inbound.surface))
+        return None
 
 
 def surfaces_from(settings: Settings) -> dict[str, SurfaceAccess]:

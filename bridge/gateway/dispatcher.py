@@ -13,11 +13,10 @@ from bridge.agent.runstate import CUT_SHORT_ERROR, MediaReader
 from bridge.config.runs import RunsSettings
 from bridge.errors import IntakeUnavailable, StoreError
 from bridge.events import Attachment, Inbound, Outbound, Route, dumps
-from bridge.gateway.access import AccessPolicy, Verdict, refusal_text
+from bridge.gateway.access import Admission, Verdict
 from bridge.gateway.commands import Commands, parse_command
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes, SharedLanes
-from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate
 from bridge.gateway.streaming import DraftReply, LiveReply
 from bridge.live import LiveEvents
@@ -56,11 +55,10 @@ class DispatchServices:
     delivery: Delivery
     lanes: Lanes
     commands: Commands
-    access: AccessPolicy
+    # Who may talk: access lists, DM pairing and mention gating, one verdict.
+    admission: Admission
     gate: PolicyGate
     compactor: Compactor
-    # DM pairing: strangers' codes, and whether someone an owner approved is still approved.
-    pairing: Pairing
     # The admin server's stream of what happens (messages in; runs and sends publish their own).
     live: LiveEvents = dataclasses.field(default_factory=LiveEvents)
     # Attachments: screened at intake, read (fetched, transcribed) by the run that answers them.
@@ -85,10 +83,9 @@ class Dispatcher:
         self.delivery = services.delivery
         self.lanes = services.lanes
         self.commands = services.commands
-        self.access = services.access
+        self.admission = services.admission
         self.gate = services.gate
         self.compactor = services.compactor
-        self.pairing = services.pairing
         self.live = services.live
         self.media = services.media
         # Set where several workers share the database: stored messages are then claimed from the
@@ -103,11 +100,7 @@ class Dispatcher:
             raise IntakeUnavailable(str(exc)) from exc
 
     async def _handle(self, inbound: Inbound) -> Done | None:
-        if self.access.pairing_decides(inbound):
-            # `bridge pair` or another worker may have approved or revoked this person since: one
-            # primary-key read, for DMs whose verdict hangs on it only (see pairing.py).
-            await self.pairing.sync(inbound.surface, inbound.sender_id)
-        verdict = self.access.check(inbound)
+        verdict = await self.admission.decide(inbound)
         if verdict is Verdict.IGNORE:
             return None
         key = self.sessions.key_for(inbound)
@@ -129,12 +122,11 @@ class Dispatcher:
         if not decision.processes:
             log.debug("ignoring a message in %s: %s", key, decision.reason)
             return None
-        if verdict is Verdict.REFUSE:
-            return await self._notice(inbound.route, key, refusal_text(inbound))
-        if verdict is Verdict.PAIR:
-            # Their code, or silence: the message itself is neither stored nor shown to the model.
-            text = await self.pairing.admit(inbound, ttl_s=self.access.code_ttl_s(inbound.surface))
-            return None if text is None else await self._notice(inbound.route, key, text)
+        if verdict in (Verdict.REFUSE, Verdict.PAIR):
+            # A refusal, or a stranger's code (or silence): the message is neither stored nor shown
+            # to the model.
+            said = await self.admission.answer(inbound, verdict)
+            return None if said is None else await self._notice(inbound.route, key, said)
         voice = self.media is not None and self.media.transcriber is not None
         if inbound.unsupported:
             return await self._notice(inbound.route, key, unsupported_text(inbound.unsupported, voice))
