@@ -129,8 +129,9 @@ async def test_a_model_that_only_repeats_its_call_gets_a_clear_message_after_one
     assert "kept calling `get_current_time`" in (run.error or "")
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("/status")
-    assert "Last answer: cut short, ⚠️ I stopped: the model kept calling `get_current_time`" in (
-        h.sender.of("notice")[-1]
+    assert (
+        "Last answer: cut short, ⚠️ I stopped: the model kept calling `get_current_time`"
+        in (h.sender.of("notice")[-1])
     )
 
 
