@@ -130,10 +130,12 @@ def _reading(value: object) -> float | None:
 class Arguments(BaseModel):
     """The base of every built-in tool's arguments model.
 
-    Unknown keys are ignored, as they always were: a stray key is no reason to refuse a call.
+    Unknown keys are an error that names them: a small model that passes a result back as the next
+    call's arguments (get_current_time({"iso": …})) ran 12 calls to max_iterations when they were
+    ignored, each call different and each a success.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     @model_validator(mode="before")
     @classmethod

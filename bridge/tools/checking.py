@@ -71,7 +71,18 @@ def _join(problems: list[_Problem]) -> str:
 
 def _model_problems(exc: ValidationError, schema: dict[str, Any], raw: Any) -> list[_Problem]:
     problems: list[_Problem] = []
+    unknown = [str(e["loc"][-1]) for e in exc.errors() if e["type"] == "extra_forbidden" and e["loc"]]
+    if unknown:
+        # Named, with what the tool does take: a small model passing a result back as the next call's
+        # arguments is told plainly, and the failure rule counts it (a stray key was ignored before).
+        known = ", ".join(schema.get("properties", {})) or "no arguments"
+        listed = ", ".join(f"'{key}'" for key in unknown)
+        problems.append(
+            _Problem("", f"unknown argument{'s' if len(unknown) > 1 else ''} {listed} (it takes: {known})")
+        )
     for error in exc.errors():
+        if error["type"] == "extra_forbidden":
+            continue
         where, spec, value = _locate(schema, raw, error["loc"])
         if error["type"] == "missing":
             problems.append(_Problem(where, "is required"))

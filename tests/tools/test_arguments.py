@@ -161,8 +161,16 @@ def test_text_is_stripped_but_paths_are_kept_as_given() -> None:
     assert checked("read_file", {"path": " notes.txt"}).path == " notes.txt"
 
 
-def test_unknown_keys_are_ignored() -> None:
-    assert checked("get_current_time", {"zone": "UTC"}).timezone == ""
+def test_unknown_keys_are_an_error_that_names_them_and_what_the_tool_takes() -> None:
+    assert refusal(builtin("get_current_time"), {"zone": "UTC"}) == (
+        "Error [invalid_arguments]: Invalid arguments for get_current_time: unknown argument 'zone' "
+        "(it takes: timezone)."
+    )
+    # A result passed back as the next call's arguments, as the 0.5B model in text mode did.
+    echoed = {"iso": "2026-11-27T16:00:00+00:00", "timezone": "UTC", "weekday": "Friday"}
+    assert "unknown arguments 'iso', 'weekday' (it takes: timezone)" in refusal(
+        builtin("get_current_time"), echoed
+    )
 
 
 # --------------------------------------------------------------------------------------- clamping
