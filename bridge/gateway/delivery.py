@@ -78,6 +78,25 @@ class Delivery:
             session = await self.store.active_session(item.session_key)
         return self.plan_for(item, session)
 
+    async def plan_reply(
+        self,
+        route: Route,
+        text: str,
+        run_id: str,
+        *,
+        session_key: str,
+        dedupe_key: str,
+        draft: LiveReply | DraftReply | None = None,
+    ) -> list[OutboxItem]:
+        """A run's answer as its outbox rows, in one call: the send policy decides, the text is cut
+        into the platform's chunks, and the first chunk replaces the `draft` the answer streamed
+        into, where there is one. Written by the runner with the answer, in one transaction."""
+        edit_of = await draft.reply_target() if draft is not None else None
+        item = Outbound(
+            route, "reply", text, run_id, session_key=session_key, dedupe_key=dedupe_key, edit_of=edit_of
+        )
+        return await self.plan(item)
+
     def plan_for(self, item: Outbound, session: SessionRow | None) -> list[OutboxItem]:
         """plan() for a caller that has read the item's session already (or runs where it cannot await)."""
         decision = self._decide(item, session)

@@ -332,12 +332,9 @@ class Dispatcher:
         display: LiveReply | DraftReply | None = None
 
         async def plan_reply(run_id: str, text: str) -> list[OutboxItem]:
-            # Where the answer streamed into a draft, the reply's first chunk replaces it.
-            edit_of = await display.reply_target() if display is not None else None
-            item = Outbound(
-                route, "reply", text, run_id, session_key=key, dedupe_key=f"reply:{run_id}", edit_of=edit_of
+            return await self.delivery.plan_reply(
+                route, text, run_id, session_key=key, dedupe_key=f"reply:{run_id}", draft=display
             )
-            return await self.delivery.plan(item)
 
         async with self.delivery.typing(route, key):
             reporter = self.delivery.activity(route, session_key=key)

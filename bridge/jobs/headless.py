@@ -91,8 +91,9 @@ class Headless:
         began = False
 
         async def plan(run: str, text: str) -> list[OutboxItem]:
-            item = Outbound(route, "reply", text, run, session_key=deliver_to, dedupe_key=f"{channel}:{run}")
-            return await self.delivery.plan(item)
+            return await self.delivery.plan_reply(
+                route, text, run, session_key=deliver_to, dedupe_key=f"{channel}:{run}"
+            )
 
         async def job() -> None:
             nonlocal outcome, began
