@@ -14,8 +14,8 @@ from bridge.app import Bridge
 from bridge.events import Inbound
 from bridge.llm.base import ChatMessage, Completion
 from bridge.llm.openai import parse_completion, serialize_message
-from tests.fakes.openai_server import Reply, tool_call
-from tests.fakes.scripted_model import HistoryTrustingModel
+from devkit.fakes.openai_server import Reply, tool_call
+from devkit.fakes.scripted_model import HistoryTrustingModel
 
 # Three chats, five turns each; groups loaded in one turn are used again in later ones.
 SCENARIOS = {

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import table, write_results
-from devkit.instant_model import instant_model
-from devkit.postgres import postgres_server, unavailable
 
 # The tests' fake Bot API and process helpers: they need aiohttp alone (no pytest, no psycopg), so they
 # import from a checkout with just the `bench` extra.
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import kill9, start_bridge
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.instant_model import instant_model
+from devkit.postgres import postgres_server, unavailable
+from devkit.processes import kill9, start_bridge
 
 CHATS, TURNS = 100, 20
 SMOKE_CHATS, SMOKE_TURNS = 5, 2

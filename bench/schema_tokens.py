@@ -30,7 +30,7 @@ THREE_GROUPS = ("mail", "calendar", "drive")
 # The MCP scenario: one real stdio server (the tests' server) with this many tools.
 MCP_TOOLS = 40
 MCP_SERVER = "records"
-# Where `python -m tests.fakes.mcp_server` runs from.
+# Where `python -m devkit.fakes.mcp_server` runs from.
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -97,7 +97,7 @@ async def mcp_scenarios(enc: Encoding) -> list[dict[str, Any]]:
         "name": MCP_SERVER,
         "description": "A records service: look up, search, create and update records.",
         "command": sys.executable,
-        "args": ["-m", "tests.fakes.mcp_server", "--tools", str(MCP_TOOLS), "--bare"],
+        "args": ["-m", "devkit.fakes.mcp_server", "--tools", str(MCP_TOOLS), "--bare"],
         "cwd": str(ROOT),
     }
     with tempfile.TemporaryDirectory() as folder:

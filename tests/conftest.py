@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridge.store.sqlite import SQLiteStore
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.pg import PostgresServer, postgres_server
 
 

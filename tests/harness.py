@@ -15,7 +15,7 @@ from bridge.config import Settings
 from bridge.events import ChatType, Inbound, Outbound, Route
 from bridge.platform import Sender
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI
 
 CORE_TOOLS = ["load_tool_group", "get_current_time", "search_history", "save_memory"]
 OWNER = "owner"

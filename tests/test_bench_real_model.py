@@ -18,8 +18,8 @@ from bench import real_model, stream_latency
 from bench.__main__ import BENCHMARKS
 from bench.real_model import SCENARIOS, EvalConfig, evaluate, hour_pattern, is_call_shaped, run_scenario
 from bridge.agent.loops import FINAL_REQUEST
-from tests.fakes.loopback import closed_port
-from tests.fakes.openai_server import FakeOpenAI, Reply, text, tool_call
+from devkit.fakes.loopback import closed_port
+from devkit.fakes.openai_server import FakeOpenAI, Reply, text, tool_call
 
 ROOT = Path(__file__).parent.parent
 Step = Reply | Callable[[list[str]], Reply]
@@ -228,7 +228,7 @@ async def test_python_m_bench_real_model_writes_its_json(model: FakeOpenAI, tmp_
 
 
 async def test_the_streaming_latency_is_measured_streamed_and_whole(fake_llm: FakeOpenAI) -> None:
-    from tests.fakes import openai_server as fake
+    from devkit.fakes import openai_server as fake
 
     reply = fake.paced(fake.text("A reply long enough to arrive in several pieces."), 0.02)
     fake_llm.push(*[reply] * (2 * len(stream_latency.PROMPTS)))

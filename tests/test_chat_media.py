@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, images_in
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, images_in
 from tests.test_chat_streaming import replies
 from tests.test_cli import assert_no_traceback, bridge, write_config
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from bridge.localmodel import MODEL_ALIAS, process_start
+from devkit.fakes import openai_server as fake_replies
+from devkit.fakes.loopback import closed_port
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.scripted_model import HistoryTrustingModel
+from devkit.processes import start_bridge
 from tests.corruption import damage
-from tests.fakes import openai_server as fake_replies
-from tests.fakes.loopback import closed_port
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.scripted_model import HistoryTrustingModel
-from tests.processes import start_bridge
 
 CORE_TOOLS = ["load_tool_group", "get_current_time", "search_history", "save_memory"]
 SECRET = "sk-cli-test-NEVER-SHOWN-7731"

@@ -11,9 +11,9 @@ import pytest
 
 from bridge.errors import StoreError
 from bridge.store.sqlite import SQLiteStore
-from tests.fakes.loopback import closed_port
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.scripted_model import HistoryTrustingModel
+from devkit.fakes.loopback import closed_port
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.scripted_model import HistoryTrustingModel
 from tests.test_cli import Finished, assert_no_traceback, bridge, write_config
 
 # A byte that is not UTF-8, as the shell passes it: Python reads it as a lone surrogate.

@@ -7,8 +7,8 @@ from pathlib import Path
 from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import SQLiteStore
 from bridge.store.transfer import TABLES
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.scripted_model import HistoryTrustingModel
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.scripted_model import HistoryTrustingModel
 from tests.pg import PostgresServer
 from tests.test_cli import bridge, write_config
 

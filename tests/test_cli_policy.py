@@ -21,10 +21,10 @@ from typing import Any
 
 from bridge.store.base import SessionMeta, SessionRow, ToolExchange
 from bridge.store.sqlite import SQLiteStore
-from tests.fakes import openai_server as fake
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.processes import start_bridge
 from tests.fakes.a2a_model import AgentToAgentModel
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.processes import start_bridge
 from tests.test_cli import Finished, assert_no_traceback, bridge, first_request_for, write_config
 from tests.waiting import WAIT_S, eventually
 

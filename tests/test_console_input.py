@@ -19,9 +19,9 @@ from adapters.console import ConsoleAdapter
 from bridge.errors import IntakeUnavailable
 from bridge.events import Inbound, Outbound, OutFile, Route
 from bridge.localmodel import process_start
-from tests.fakes import openai_server as fake_replies
-from tests.fakes.openai_server import FakeOpenAI
-from tests.processes import bridge_command, bridge_env, start_bridge
+from devkit.fakes import openai_server as fake_replies
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.processes import bridge_command, bridge_env, start_bridge
 from tests.test_cli import write_config
 
 UP, LEFT, ENTER, EOF = "\x1b[A", "\x1b[D", "\r", "\x04"

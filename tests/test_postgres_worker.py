@@ -6,10 +6,10 @@ import asyncio
 import signal
 from pathlib import Path
 
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.scripted_model import HistoryTrustingModel
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.scripted_model import HistoryTrustingModel
+from devkit.processes import start_bridge
 from tests.pg import PostgresServer
-from tests.processes import start_bridge
 from tests.test_cli import bridge, write_config
 from tests.test_cli_migrate import on_postgres
 

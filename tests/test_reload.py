@@ -11,8 +11,8 @@ import pytest
 from bridge.config import Settings
 from bridge.config.io import load_settings
 from bridge.reload import ConfigReloader, restart_needed
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import running_bridge
 
 GOOD = """

@@ -10,7 +10,7 @@ from pathlib import Path
 from bridge.config import Settings
 from bridge.config.base import mask_url
 from bridge.logs import RedactSecrets, redactor, secret_values
-from tests.fakes.loopback import closed_port
+from devkit.fakes.loopback import closed_port
 from tests.test_cli import assert_no_traceback, bridge, write_config
 
 USER = "bridgeuser"

@@ -17,9 +17,9 @@ from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from bridge.app import Bridge
 from bridge.config import Settings
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import make_settings
 
 OWNER = 42

@@ -11,8 +11,8 @@ from types import ModuleType
 from bridge.app import Bridge
 from bridge.gateway.lifecycle import GuardedAdapter
 from bridge.platform import Adapter, Sender
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import make_settings
 
 GUIDE = Path(__file__).parent.parent.parent / "docs" / "adapters.md"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import httpx
 
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import bridge_command, bridge_env, telegram_run_config
 from tests.adapters.conftest import OWNER
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
 from tests.pg import free_port
-from tests.processes import bridge_command, bridge_env, telegram_run_config
 from tests.rawhttp import HALF_HEADER, SILENT, holding
 from tests.waiting import eventually
 

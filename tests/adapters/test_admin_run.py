@@ -8,12 +8,12 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import bridge_running, telegram_run_config
 from tests.adapters.conftest import OWNER
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
 from tests.pg import free_port
-from tests.processes import bridge_running, telegram_run_config
 from tests.test_cli import bridge
 
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import bridge_process, bridge_running, kill9, telegram_run_config
 from tests.adapters.conftest import OWNER
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_api import FakeTelegram
 from tests.invariants import assert_intact
-from tests.processes import bridge_process, bridge_running, kill9, telegram_run_config
 
 
 def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI) -> Path:

@@ -16,6 +16,9 @@ from adapters.discord import DiscordAdapter
 from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import Outbound, Route
 from bridge.store.base import OutboxItem
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.scripted_model import HistoryTrustingModel
 from tests.adapters.conftest import (
     CHANNEL,
     GUILD,
@@ -29,10 +32,7 @@ from tests.adapters.conftest import (
 from tests.adapters.conftest import (
     DISCORD_OWNER as OWNER,
 )
-from tests.fakes import openai_server as fake
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.scripted_model import HistoryTrustingModel
 
 CORE = ["load_tool_group", "get_current_time", "search_history", "save_memory"]
 

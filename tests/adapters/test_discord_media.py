@@ -9,11 +9,11 @@ from pathlib import Path
 from bridge.config import Settings
 from bridge.config.media import SttSettings
 from bridge.events import loads
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, images_in
 from tests.adapters.conftest import CHANNEL, RigFactory
 from tests.adapters.conftest import DISCORD_OWNER as OWNER
-from tests.fakes import openai_server as fake
 from tests.fakes.discord_api import FakeDiscord, Upload
-from tests.fakes.openai_server import FakeOpenAI, images_in
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 

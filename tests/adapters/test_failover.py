@@ -17,11 +17,11 @@ from typing import Any
 import psycopg
 
 from bridge.store.intake import session_lease
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_api import FakeTelegram
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import kill9, start_bridge, telegram_run_config
 from tests.pg import PostgresServer, postgres_server
-from tests.processes import kill9, start_bridge, telegram_run_config
 from tests.test_cli import bridge
 
 CHATS = 50

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import kill9, start_bridge, telegram_run_config
 from tests.adapters.conftest import OWNER
 from tests.adapters.test_run import reap, sigterm
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
 from tests.mcp.conftest import ROOT, HttpServer, alive, eventually, starts
 from tests.mcp.conftest import http_server as http_server  # the fixture, for this module too
-from tests.processes import kill9, start_bridge, telegram_run_config
 from tests.test_cli import bridge
 
 
@@ -26,7 +26,7 @@ def servers_toml(log: Path, http: HttpServer | None = None) -> str:
         'name = "fake"\n'
         'description = "A test server: echo, add and more."\n'
         f'command = "{sys.executable}"\n'
-        'args = ["-m", "tests.fakes.mcp_server"]\n'
+        'args = ["-m", "devkit.fakes.mcp_server"]\n'
         f'cwd = "{ROOT}"\n'
         f'env = {{ MCP_TEST_LOG = "{log}" }}\n'
     )

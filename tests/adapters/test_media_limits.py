@@ -17,12 +17,12 @@ from bridge.config.media import SttSettings
 from bridge.errors import MediaError
 from bridge.events import Attachment, loads
 from bridge.store.base import MessageRow
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, images_in
+from devkit.fakes.telegram_api import MB, FakeTelegram
 from tests.adapters.conftest import DISCORD_OWNER as DC_OWNER
 from tests.adapters.conftest import OWNER, RigFactory, TelegramRig
-from tests.fakes import openai_server as fake
 from tests.fakes.discord_api import FakeDiscord, Upload
-from tests.fakes.openai_server import FakeOpenAI, images_in
-from tests.fakes.telegram_api import MB, FakeTelegram
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 # A body far past the limit: read whole, it would be in the bot's memory at once.

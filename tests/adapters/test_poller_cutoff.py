@@ -18,11 +18,11 @@ from typing import Any
 
 import psycopg
 
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import start_bridge
 from tests.adapters.test_failover import FIRST_USER, Model, Worker, answered, config_for
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
 from tests.pg import PostgresServer
-from tests.processes import start_bridge
 
 
 class HeldStart(FakeTelegram):

@@ -13,12 +13,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import start_bridge
 from tests.adapters.conftest import DISCORD_OWNER, OWNER, RigFactory
-from tests.fakes import openai_server as fake
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import start_bridge
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 

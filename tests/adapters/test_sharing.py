@@ -9,11 +9,11 @@ from typing import Any
 
 import aiohttp
 
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes.telegram_api import FakeTelegram
 from tests.adapters.test_failover import FIRST_USER, answered, config_for, rows, settled, workers
 from tests.adapters.test_run import SECRET_HEADER, free_port
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_api import FakeTelegram
 from tests.pg import PostgresServer
 
 BURSTS = 6

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import bridge_running, telegram_run_config
 from tests.adapters.conftest import OWNER
 from tests.adapters.test_mcp_run import replies
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import bridge_running, telegram_run_config
 
 SKILL = """---
 name: house-style

@@ -21,12 +21,12 @@ from bridge.events import Route
 from bridge.store.sqlite import SQLiteStore
 from bridge.store.tasks import TaskRow
 from bridge.tasks.hooks import TIMESTAMP_HEADER, signature
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import bridge_process, bridge_running, kill9, telegram_run_config
 from tests.adapters.conftest import GROUP, OWNER, RigFactory
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_api import FakeTelegram
 from tests.pg import free_port
-from tests.processes import bridge_process, bridge_running, kill9, telegram_run_config
 from tests.test_cli import bridge
 
 SECRET = "a-webhook-secret-for-tests-42"

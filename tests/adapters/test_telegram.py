@@ -9,11 +9,11 @@ import pytest
 
 from bridge.errors import AdapterStartError
 from bridge.events import Outbound, Route
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.scripted_model import HistoryTrustingModel
+from devkit.fakes.telegram_api import FakeTelegram
 from tests.adapters.conftest import GROUP, OWNER, RigFactory, telegram_settings
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.scripted_model import HistoryTrustingModel
-from tests.fakes.telegram_api import FakeTelegram
 
 CORE = ["load_tool_group", "get_current_time", "search_history", "save_memory"]
 STRANGER = 777

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from adapters.telegram import MAX_ATTEMPTS
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
 from tests.adapters.conftest import OWNER, RigFactory
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
 from tests.invariants import assert_intact, rows
 
 

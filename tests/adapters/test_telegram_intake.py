@@ -19,10 +19,10 @@ from adapters.telegram_updates import BACKOFF_BASE_S, SECRET_HEADER
 from bridge.config.platforms import TelegramSettings
 from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import Inbound, Outbound, Route
-from tests.fakes.loopback import closed_port
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import start_bridge, telegram_run_config
+from devkit.fakes.loopback import closed_port
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import start_bridge, telegram_run_config
 
 OWNER = 42
 OTHER = 43

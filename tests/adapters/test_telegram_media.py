@@ -10,10 +10,10 @@ from bridge.config.media import SttSettings
 from bridge.config.session import SendPolicySettings
 from bridge.events import loads
 from bridge.store.base import MessageRow
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, images_in
+from devkit.fakes.telegram_api import MB, FakeTelegram
 from tests.adapters.conftest import OWNER, RigFactory, TelegramRig
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, images_in
-from tests.fakes.telegram_api import MB, FakeTelegram
 
 JPEG = b"\xff\xd8\xff\xe0" + b"\x01" * 200
 OTHER_JPEG = b"\xff\xd8\xff\xe0" + b"\x02" * 200

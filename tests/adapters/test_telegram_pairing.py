@@ -11,11 +11,11 @@ import pytest
 from bridge.cli.pair import run as pair_command
 from bridge.cli.root import _parser
 from bridge.gateway.pairing import APPROVED_TEXT
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import bridge_running, telegram_run_config
 from tests.adapters.conftest import OWNER, RigFactory, TelegramRig
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import bridge_running, telegram_run_config
 from tests.test_cli import bridge
 
 STRANGER = 777

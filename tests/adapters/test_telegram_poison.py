@@ -15,12 +15,12 @@ from telegram import Update
 
 from adapters.telegram_updates import SECRET_HEADER
 from bridge.events import Inbound
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import start_bridge, telegram_run_config
 from tests.adapters.conftest import GROUP, OWNER, RigFactory
 from tests.adapters.test_telegram_intake import Recorder, running, webhook_settings
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import start_bridge, telegram_run_config
 
 FRIEND = 777
 

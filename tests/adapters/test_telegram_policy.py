@@ -17,11 +17,11 @@ from adapters.telegram import TelegramAdapter
 from bridge.app import Bridge
 from bridge.config.session import SessionSettings
 from bridge.store.base import OutboxRow
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes.telegram_api import FakeTelegram
 from tests.adapters.conftest import GROUP, OWNER, TelegramRig, telegram_settings
-from tests.fakes import openai_server as fake
 from tests.fakes.a2a_model import AgentToAgentModel
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_api import FakeTelegram
 
 MEMBER = 5  # a group member who is not an owner
 FRIEND = 555  # in [telegram] allowed_users

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import start_bridge
 from tests.adapters.conftest import GROUP, OWNER
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import start_bridge
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGHUP and SIGTERM")
 

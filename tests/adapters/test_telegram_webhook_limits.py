@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 
 from adapters.telegram_updates import SECRET_HEADER
+from devkit.fakes.telegram_api import FakeTelegram
 from tests.adapters.test_telegram_intake import OWNER, Recorder, running, update_for, webhook_settings
-from tests.fakes.telegram_api import FakeTelegram
 from tests.rawhttp import HALF_HEADER, SILENT, count_closed, holding
 
 SERVING_LOG = "bridge.serving"

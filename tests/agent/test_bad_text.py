@@ -6,8 +6,8 @@ import itertools
 import json
 from pathlib import Path
 
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import running_bridge
 from tests.invariants import assert_intact, rows
 

@@ -15,8 +15,8 @@ from bridge.config.agent import AgentSettings
 from bridge.llm.base import ChatMessage
 from bridge.store.base import NewSummary, ToolExchange
 from bridge.store.sqlite import SQLiteStore
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import Harness, running_bridge
 
 SUMMARY_HEAD = SUMMARY_SYSTEM.split("{", 1)[0]

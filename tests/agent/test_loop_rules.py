@@ -13,8 +13,8 @@ from bridge.agent.loops import FINAL_REQUEST
 from bridge.agent.trace import format_trace
 from bridge.config.io import load_settings
 from bridge.errors import ConfigError
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, running_bridge
 
 

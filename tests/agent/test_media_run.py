@@ -12,8 +12,8 @@ import pytest
 
 from bridge.errors import StoreError
 from bridge.events import Attachment
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, images_in
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, images_in
 from tests.harness import Harness, RecordingSender, running_bridge
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64

@@ -13,8 +13,8 @@ from bridge.agent.trace import format_trace
 from bridge.llm.base import ChatMessage
 from bridge.llm.profiles import Profiles
 from bridge.tools.registry import ToolRegistry
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, running_bridge
 from tests.invariants import assert_intact
 

@@ -11,8 +11,8 @@ from bridge.app import Bridge
 from bridge.errors import StoreError
 from bridge.llm.base import Completion
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult, params
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, RecordingSender, make_settings, running_bridge
 
 

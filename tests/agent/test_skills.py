@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import CORE_TOOLS, Harness, running_bridge
 from tests.http.conftest import admin_bridge, client_of
 from tests.test_cli import assert_no_traceback, bridge, first_request_for, write_config

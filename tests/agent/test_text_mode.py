@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import pdf_group, running_bridge
 
 TEXT = {"tool_mode": "text"}

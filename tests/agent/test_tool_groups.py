@@ -7,9 +7,9 @@ from pathlib import Path
 
 from bridge.store.base import ToolExchange
 from bridge.tools.base import Tool, ToolGroup, ToolResult, params
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.scripted_model import HistoryTrustingModel
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.scripted_model import HistoryTrustingModel
 from tests.harness import CORE_TOOLS, Harness, pdf_group, running_bridge
 
 SESSIONS_TOOLS = ["sessions_list", "sessions_history", "sessions_send"]

@@ -8,8 +8,8 @@ from typing import Any
 
 from bridge.agent.trace import expand_trace, format_trace
 from bridge.app import Bridge
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, RecordingSender, make_settings, running_bridge
 
 SECRET = "sk-trace-secret-998877"

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, ViewportSize, async_playwright
 
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import bridge_running, telegram_run_config
 from tests.adapters.conftest import OWNER
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
 from tests.pg import free_port
-from tests.processes import bridge_running, telegram_run_config
 
 ARTIFACTS = Path(__file__).parent.parent / "artifacts"
 TOKEN = "browser-test-token-0123456789abcdef"

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 from playwright.async_api import Browser, Page, expect
 
+from devkit.fakes.openai_server import FakeOpenAI, text, tool_call
+from devkit.fakes.telegram_api import FakeTelegram
 from tests.adapters.conftest import OWNER
 from tests.browser.conftest import PHONE, TOKEN, Site, bridge_site, eventually, log_in, shot
-from tests.fakes.openai_server import FakeOpenAI, text, tool_call
-from tests.fakes.telegram_api import FakeTelegram
 
 GROUP = -100777
 MENTION = "@bridge_test_bot"

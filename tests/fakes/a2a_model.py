@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.openai_server import Reply, text, tool_call
+from devkit.fakes.openai_server import Reply, text, tool_call
 
 AGENT_MARK = "[Agent-to-agent message from the agent of session"
 

@@ -14,8 +14,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from tests.fakes.loopback import LoopbackServer
-from tests.fakes.openai_server import Reply, decode_base64, delay, write_events
+from devkit.fakes.loopback import LoopbackServer
+from devkit.fakes.openai_server import Reply, decode_base64, delay, write_events
 
 __all__ = [
     "FakeAnthropic",

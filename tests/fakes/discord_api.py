@@ -25,7 +25,7 @@ from urllib.parse import quote
 import pytest
 from aiohttp import BodyPartReader, WSMsgType, web
 
-from tests.fakes.loopback import LoopbackServer
+from devkit.fakes.loopback import LoopbackServer
 
 FaultKind = Literal["429", "500", "502", "503", "drop"]
 Snowflake = int | str

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from devkit.fakes.openai_server import FakeOpenAI, delay, http_error, images_in, text
 from tests.fakes import anthropic_server
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.openai_server import FakeOpenAI, delay, http_error, images_in, text
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00fake png body"
 JPEG = b"\xff\xd8\xff\xe0" + b"fake jpeg body"

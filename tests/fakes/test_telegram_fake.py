@@ -15,7 +15,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Conflict, InvalidToken, NetworkError, RetryAfter
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-from tests.fakes.telegram_api import FakeTelegram
+from devkit.fakes.telegram_api import FakeTelegram
 
 CHAT = 4242
 GROUP = -100123

@@ -12,8 +12,8 @@ from bridge.config.session import SendPolicySettings
 from bridge.events import Inbound
 from bridge.tools.base import ToolContext
 from bridge.tools.builtin.sessions import sessions_history
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.fakes.a2a_model import AGENT_MARK, AgentToAgentModel
-from tests.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, running_bridge
 
 GROUP = "test:group:g1"

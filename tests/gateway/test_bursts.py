@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from bridge.events import Inbound
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import Harness, running_bridge
 from tests.invariants import assert_intact, rows
 

@@ -11,8 +11,8 @@ from bridge.app import Bridge
 from bridge.errors import StoreError
 from bridge.events import Inbound, Outbound, Route
 from bridge.store.base import OutboxItem
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import OWNER, RecordingSender, make_settings, running_bridge
 from tests.invariants import assert_intact, rows
 

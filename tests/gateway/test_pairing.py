@@ -22,8 +22,8 @@ from bridge.gateway.pairing import (
     normalize,
 )
 from bridge.store.sqlite import SQLiteStore
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, RecordingSender, running_bridge
 
 OWNER = "42"

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from bridge.events import Inbound
 from bridge.gateway.pairing import MAX_WRONG
 from bridge.http.pairing_api import PairingApi
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, RecordingSender, running_bridge
 
 STRANGER = "777"

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from bridge.store.base import OutboxItem
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import OWNER, running_bridge
 from tests.invariants import assert_intact
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from bridge.events import Inbound
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, running_bridge
 
 ROOM = "test:group:room"

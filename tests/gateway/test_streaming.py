@@ -14,8 +14,8 @@ from typing import TypeVar
 import pytest
 
 from bridge.events import Outbound, Route
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.gateway.test_send_policy import rules
 from tests.harness import Harness, RecordingSender, StreamingSender, running_bridge
 

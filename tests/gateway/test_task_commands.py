@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridge.store.tasks import TaskRow
-from tests.fakes.openai_server import FakeOpenAI, text
+from devkit.fakes.openai_server import FakeOpenAI, text
 from tests.harness import OWNER, Harness, running_bridge
 from tests.tasks.chat import GROUP, GROUP_KEY, Clock, in_group, scheduling
 

@@ -16,8 +16,8 @@ from bridge.store.base import OutboxItem
 from bridge.store.intake import session_lease
 from bridge.store.pg_leases import PgLeases
 from bridge.store.postgres import PostgresStore
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import OWNER, RecordingSender, make_settings
 from tests.pg import PostgresServer
 

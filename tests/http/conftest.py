@@ -11,7 +11,7 @@ import httpx
 
 from bridge.http.server import AdminServer
 from bridge.reload import ConfigReloader
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, running_bridge
 from tests.pg import free_port
 

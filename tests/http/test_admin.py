@@ -20,7 +20,7 @@ from bridge.config.io import load_settings
 from bridge.errors import ConfigError
 from bridge.http.auth import COOKIE, token_file
 from bridge.http.server import AdminServer
-from tests.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
+from devkit.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
 from tests.harness import Harness, running_bridge
 from tests.http.conftest import TOKEN, admin_bridge, client_of
 from tests.pg import free_port

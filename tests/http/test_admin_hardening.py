@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from bridge.http.auth import COOKIE, local_path
 from bridge.http.server import AdminServer
 from bridge.http.throttle import IN_TOTAL, PER_CLIENT, WINDOW_S, WrongTokens
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.http.conftest import TOKEN, admin_bridge, client_of
 
 WRONG = "wrong-wrong-wrong-wrong"

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from bridge.events import Inbound, Outbound
-from tests.fakes.openai_server import FakeOpenAI, text, tool_call
+from devkit.fakes.openai_server import FakeOpenAI, text, tool_call
 from tests.harness import Harness
 from tests.http.conftest import TOKEN, admin_bridge, client_of
 

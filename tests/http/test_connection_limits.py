@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bridge.http.server import AdminServer
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import running_bridge
 from tests.http.conftest import TOKEN, client_of
 from tests.pg import free_port

@@ -14,7 +14,7 @@ import pytest
 
 from bridge.events import Attachment
 from bridge.http.dashboard import chat_of, timeline
-from tests.fakes.openai_server import FakeOpenAI, text, tool_call
+from devkit.fakes.openai_server import FakeOpenAI, text, tool_call
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of
 

@@ -15,7 +15,7 @@ import pytest
 
 from bridge.config.io import load_settings
 from bridge.events import Inbound
-from tests.fakes.openai_server import FakeOpenAI, text
+from devkit.fakes.openai_server import FakeOpenAI, text
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of
 

@@ -21,9 +21,9 @@ from bridge.llm.anthropic import AnthropicProvider
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.factory import build_provider
 from bridge.llm.openai import OpenAIProvider
+from devkit.fakes.loopback import closed_port
 from tests.fakes import anthropic_server as fake
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.loopback import closed_port
 from tests.harness import CORE_TOOLS, OWNER, RecordingSender, make_settings, pdf_group
 from tests.llm.conftest import RecordingSleep
 

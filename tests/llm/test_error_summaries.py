@@ -13,8 +13,8 @@ from bridge.errors import ProviderError
 from bridge.llm.base import ChatMessage
 from bridge.llm.openai import OpenAIProvider
 from bridge.localmodel import process_start
-from tests.fakes.loopback import closed_port
-from tests.fakes.openai_server import FakeOpenAI, Reply, http_error
+from devkit.fakes.loopback import closed_port
+from devkit.fakes.openai_server import FakeOpenAI, Reply, http_error
 from tests.llm.conftest import RecordingSleep
 from tests.test_cli import assert_no_traceback, bridge, write_config
 

@@ -13,9 +13,9 @@ from bridge.llm.anthropic import AnthropicProvider
 from bridge.llm.base import ChatMessage, Image, Provider, ToolCall
 from bridge.llm.factory import build_provider
 from bridge.llm.openai import OpenAIProvider
+from devkit.fakes.openai_server import FakeOpenAI, images_in, text
 from tests.fakes import anthropic_server
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.openai_server import FakeOpenAI, images_in, text
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR fake png body"
 JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"fake jpeg body"

@@ -16,8 +16,8 @@ from bridge.errors import ProviderError
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.openai import OpenAIProvider
 from bridge.retry import parse_retry_after
-from tests.fakes.loopback import closed_port
-from tests.fakes.openai_server import (
+from devkit.fakes.loopback import closed_port
+from devkit.fakes.openai_server import (
     FakeOpenAI,
     Reply,
     delay,

@@ -21,9 +21,9 @@ from bridge.llm.textmode import (
     without_calls,
 )
 from bridge.llm.textprompt import render_call
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.agent.test_text_mode import TEXT, fenced
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
 from tests.harness import Harness, running_bridge
 from tests.invariants import rows
 from tests.llm.test_textmode import block

@@ -15,8 +15,8 @@ from bridge.llm.base import ChatMessage
 from bridge.llm.holdback import HoldBack, shown_part
 from bridge.llm.openai import OpenAIProvider
 from bridge.llm.textmode import NativeModeProvider, TextModeProvider
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.llm.conftest import RecordingSleep
 
 HELLO = [ChatMessage("user", "hello")]

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from bridge.llm.transport import AiohttpTransport
-from tests.fakes.loopback import closed_port
+from devkit.fakes.loopback import closed_port
 
 
 @pytest.fixture

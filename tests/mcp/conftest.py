@@ -1,4 +1,4 @@
-"""Real MCP servers for tests (tests/fakes/mcp_server.py over stdio and streamable HTTP), and what
+"""Real MCP servers for tests (devkit/fakes/mcp_server.py over stdio and streamable HTTP), and what
 the tests read from them: how many processes started, which are still alive."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def stdio_server(log: Path, name: str = "fake", **extra: Any) -> dict[str, Any]:
         "name": name,
         "description": "A test server: echo, add, picture, slow, crash and more.",
         "command": sys.executable,
-        "args": ["-m", "tests.fakes.mcp_server"],
+        "args": ["-m", "devkit.fakes.mcp_server"],
         "cwd": str(ROOT),
         "env": {"MCP_TEST_LOG": str(log)},
     }
@@ -122,7 +122,7 @@ class HttpServer:
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "tests.fakes.mcp_server",
+            "devkit.fakes.mcp_server",
             "--http",
             str(self.port),
             "--log",

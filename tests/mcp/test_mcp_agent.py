@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import CORE_TOOLS, running_bridge
 from tests.mcp.conftest import alive, starts, stdio_server
 
@@ -118,7 +118,7 @@ async def test_a_kept_listing_of_another_command_is_not_used(
     async with running_bridge(tmp_path, fake_llm, mcp={"servers": [stdio_server(mcp_log)]}) as h:
         await h.say("load it")
     assert (tmp_path / "mcp-tools" / "fake.json").is_file()
-    changed = stdio_server(mcp_log, args=["-m", "tests.fakes.mcp_server", "--tools", "1"])
+    changed = stdio_server(mcp_log, args=["-m", "devkit.fakes.mcp_server", "--tools", "1"])
     fake_llm.push(fake.text("hi"))
     async with running_bridge(tmp_path, fake_llm, mcp={"servers": [changed]}) as h:
         h._msg_ids = itertools.count(100)

@@ -382,7 +382,7 @@ async def test_lines_that_are_not_mcp_on_stdout_do_not_break_the_connection(
     # A banner on stdout before the server speaks MCP, as many servers print.
     banner = (
         "import os, sys; os.write(1, b'Starting the server...\\nnot json either\\n'); "
-        "os.execv(sys.executable, [sys.executable, '-m', 'tests.fakes.mcp_server'])"
+        "os.execv(sys.executable, [sys.executable, '-m', 'devkit.fakes.mcp_server'])"
     )
     async with mcp_registry(tmp_path, stdio_server(mcp_log, args=["-c", banner])) as bench:
         loaded = await load(bench)

@@ -21,7 +21,7 @@ from bridge.media.intake import VOICE_NOT_SET_UP, MediaIntake, no_vision_text
 from bridge.retry import Backoff
 from bridge.store.base import MessageRow
 from bridge.store.sqlite import SQLiteStore
-from tests.fakes.openai_server import FakeOpenAI, http_error
+from devkit.fakes.openai_server import FakeOpenAI, http_error
 from tests.harness import RecordingSender
 from tests.media.samples import GIF89, JPEG, NOT_AN_IMAGE, PNG, VOICE, WEBP
 

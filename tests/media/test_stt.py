@@ -13,8 +13,8 @@ from bridge.errors import MediaError
 from bridge.media import stt
 from bridge.media.stt import Transcriber
 from bridge.retry import Backoff
-from tests.fakes.loopback import closed_port
-from tests.fakes.openai_server import FakeOpenAI, Reply, delay, http_error
+from devkit.fakes.loopback import closed_port
+from devkit.fakes.openai_server import FakeOpenAI, Reply, delay, http_error
 from tests.media.samples import VOICE
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.openai_server import Reply, text, tool_call
+from devkit.fakes.openai_server import Reply, text, tool_call
 
 Call = tuple[str, dict[str, Any]]
 RESULTS = "RESULTS:"

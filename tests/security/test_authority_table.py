@@ -25,7 +25,7 @@ from bridge.gateway.commands import COMMANDS
 from bridge.sessions.authority import Authority
 from bridge.store.base import SessionMeta, SessionRow
 from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolResult
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import OWNER, Harness, running_bridge
 
 SECRET = "the owner's secret 4411"

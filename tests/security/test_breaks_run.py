@@ -17,10 +17,10 @@ from typing import Any
 from bridge.events import Route
 from bridge.store.sqlite import SQLiteStore
 from bridge.store.tasks import TaskRow
+from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import bridge_running, telegram_run_config
 from tests.adapters.conftest import GROUP, OWNER
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import bridge_running, telegram_run_config
 from tests.security.plan_model import END, RESULTS, Call, PlanModel
 from tests.test_cli import bridge
 

@@ -1,4 +1,4 @@
-"""Breaks 5, 7, 8 and 10 of the authority issue, each through a real `bridge run` (tests/processes.py)
+"""Breaks 5, 7, 8 and 10 of the authority issue, each through a real `bridge run` (devkit/processes.py)
 against the fake Bot API and the fake model, as an attacker or a second worker would meet them.
 
 5. Telegram webhook mode on two workers with no webhook_secret: each registered a random secret of
@@ -24,16 +24,16 @@ import aiohttp
 import httpx
 
 from bridge.http.throttle import PER_CLIENT, WINDOW_S
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI, Reply
+from devkit.fakes.telegram_api import MB, FakeTelegram
+from devkit.processes import bridge_running, start_bridge, telegram_run_config
 from tests.adapters.conftest import OWNER
 from tests.adapters.test_failover import FIRST_USER, Worker, answered, config_for
 from tests.adapters.test_run import SECRET_HEADER
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_api import MB, FakeTelegram
 from tests.http.conftest import TOKEN
 from tests.http.test_admin_hardening import where_a_browser_goes
 from tests.pg import PostgresServer, free_port
-from tests.processes import bridge_running, start_bridge, telegram_run_config
 
 WAIT_S = 30.0
 WRONG = "a-guess-at-the-admin-token-000000"

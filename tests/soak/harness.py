@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.processes import bridge_command, bridge_env, telegram_run_config
+from devkit.processes import bridge_command, bridge_env, telegram_run_config
 from tests.soak.model import LONG, PLAN_WEIGHTS, VOICE_MAGIC, SoakModel
 from tests.soak.slow_telegram import SlowTelegram
 

@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import Reply
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import Reply
 
 # What a message asks the model to do before answering: one list of tool calls per model step.
 # The plan travels in the message's own text ("m0042-g1-sessions"), so a run after a restart, which

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tests.fakes.telegram_api import FakeTelegram
+from devkit.fakes.telegram_api import FakeTelegram
 
 SLOWED = ("sendmessage", "editmessagetext")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.invariants import assert_intact
 from tests.soak.checker import check
 from tests.soak.harness import Soak, SoakSize

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bridge.events import Inbound
-from tests.fakes.openai_server import text, tool_call
+from devkit.fakes.openai_server import text, tool_call
 from tests.harness import Harness
 
 T0 = datetime(2026, 11, 25, 17, 0, tzinfo=UTC).timestamp()

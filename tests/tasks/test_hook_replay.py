@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from bridge.tasks.hooks import IDEMPOTENCY_HEADER, TIMESTAMP_HEADER, signature
-from tests.fakes.openai_server import FakeOpenAI, text
+from devkit.fakes.openai_server import FakeOpenAI, text
 from tests.tasks.test_hooks import SECRET, answered, events, hook, hooked, signed
 
 

@@ -20,7 +20,7 @@ from bridge.jobs.hooks import EVENTS_PER_PASS, HookService
 from bridge.sessions.keys import kind
 from bridge.store.hooks import HOOK_STATES, HookEvent
 from bridge.tasks.hooks import IDEMPOTENCY_HEADER, TIMESTAMP_HEADER, signature
-from tests.fakes.openai_server import FakeOpenAI, Reply, http_error, text
+from devkit.fakes.openai_server import FakeOpenAI, Reply, http_error, text
 from tests.harness import Harness
 from tests.http.conftest import admin_bridge, client_of
 

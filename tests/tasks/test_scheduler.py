@@ -14,7 +14,7 @@ import pytest
 from bridge.jobs.tasks import TaskService
 from bridge.sessions.authority import Authority
 from bridge.store.tasks import TaskRow
-from tests.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
+from devkit.fakes.openai_server import FakeOpenAI, http_error, text, tool_call
 from tests.harness import Harness, running_bridge
 from tests.tasks.chat import T0, Clock, in_group, scheduling
 

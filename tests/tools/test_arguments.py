@@ -16,8 +16,8 @@ from bridge.errors import ManifestError
 from bridge.tools.arguments import arguments_schema, check_parameters, validate_arguments
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolResult
 from bridge.tools.manifest import load_manifest
-from tests.fakes import openai_server as fake
-from tests.fakes.openai_server import FakeOpenAI
+from devkit.fakes import openai_server as fake
+from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import running_bridge
 from tests.tools.conftest import MakeContext, builtin
 

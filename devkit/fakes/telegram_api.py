@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 from aiohttp import BodyPartReader, hdrs, web
 
-from tests.fakes.loopback import LoopbackServer
+from devkit.fakes.loopback import LoopbackServer
 
 FaultKind = Literal["429", "502", "drop", "400", "hang"]
 

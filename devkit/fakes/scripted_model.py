@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.openai_server import Reply, text, tool_call
+from devkit.fakes.openai_server import Reply, text, tool_call
 
 # user word → (group, tool to use, arguments)
 INTENTS: dict[str, tuple[str | None, str, dict[str, Any]]] = {

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 from aiohttp import BodyPartReader, web
 from multidict import CIMultiDict
 
-from tests.fakes.loopback import LoopbackServer
+from devkit.fakes.loopback import LoopbackServer
 
 _ids = itertools.count(1)
 # Bodies are read up to this size (aiohttp's own default, 1 MiB, is below a photo or a voice note).

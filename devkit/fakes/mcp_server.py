@@ -1,6 +1,6 @@
 """A real MCP server for tests, written with the SDK's server side: stdio, or streamable HTTP.
 
-    python -m tests.fakes.mcp_server [--http PORT] [--tools N [--bare]] [--log FILE]
+    python -m devkit.fakes.mcp_server [--http PORT] [--tools N [--bare]] [--log FILE]
 
 Each start (stdio) or session (HTTP) appends a line `start <pid>` to --log, and each call a line
 `call <tool>`, so tests can count processes and connections without asking the server.
