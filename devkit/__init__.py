@@ -14,7 +14,7 @@ missing PostgreSQL raises `PostgresUnavailable`, which the tests turn into a ski
 the benchmarks into a one-line note.
 
 It may import the standard library, Bridge's own dependencies (aiohttp, the `mcp` SDK) and psycopg;
-never `tests` or `bench`, and no `bridge` module, so it sits outside Bridge's layers. Like `tests/` and `bench/` it is
-not part of the installed package (see [tool.setuptools.packages.find] in pyproject.toml): it is
-imported from a checkout.
+never `tests` or `bench`, and no `bridge` module, so it sits outside Bridge's layers. Like `tests/`
+and `bench/` it is not part of the installed package (see [tool.setuptools.packages.find] in
+pyproject.toml): it is imported from a checkout.
 """
