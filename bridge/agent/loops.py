@@ -27,6 +27,8 @@ FINAL_REQUEST = (
 FINAL_RESULTS = 3
 # Lines of a result rendered generically in a reply the model did not write.
 GENERIC_LINES = 20
+# The echo rule: a call whose arguments are this many or more fields of an earlier result.
+ECHO_MIN_FIELDS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,25 +71,53 @@ class LoopGuard:
     succeeded: set[tuple[str, str]] = field(default_factory=set)
     failures: list[ToolCall] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
+    # The JSON-object results of the run's successful calls, for the echo rule.
+    results: list[dict[str, Any]] = field(default_factory=list)
 
     def repeat(self, calls: tuple[ToolCall, ...]) -> Stop | None:
-        """A Stop when one of these calls repeats a call that already succeeded in this run."""
+        """A Stop when one of these calls repeats a call that already succeeded in this run, or
+        echoes a result of one: its arguments are fields of that result, which the model already has
+        (the 0.5B model passed get_current_time's result back as its next call's arguments)."""
         if not self.settings.stop_on_repeat:
             return None
         repeated = next((c for c in calls if signature(c) in self.succeeded), None)
-        if repeated is None:
-            return None
-        return Stop(
-            "repeated_call",
-            f"⚠️ I stopped: the model kept calling `{repeated.name}` with the same arguments instead of "
-            "answering. Ask again, perhaps in other words.",
-        )
+        if repeated is not None:
+            return Stop(
+                "repeated_call",
+                f"⚠️ I stopped: the model kept calling `{repeated.name}` with the same arguments "
+                "instead of answering. Ask again, perhaps in other words.",
+            )
+        echoed = next((c for c in calls if self._echoes(c)), None)
+        if echoed is not None:
+            return Stop(
+                "repeated_call",
+                f"⚠️ I stopped: the model called `{echoed.name}` with a result it already had instead "
+                "of answering. Ask again, perhaps in other words.",
+            )
+        return None
+
+    def _echoes(self, call: ToolCall) -> bool:
+        """Whether the call's arguments, two or more of them, are all fields of an earlier result,
+        with the same values. One alone is too common a coincidence (`timezone: UTC`)."""
+        try:
+            args = loads(call.arguments or "{}")
+        except ValueError:
+            return False
+        if not isinstance(args, dict) or len(args) < ECHO_MIN_FIELDS:
+            return False
+        return any(all(k in r and r[k] == v for k, v in args.items()) for r in self.results)
 
     def record(self, call: ToolCall, result: ToolResult) -> Stop | None:
         """Record a call that ran; a Stop when it trips the failure or the unavailable-tools rule."""
         if result.ok:
             self.succeeded.add(signature(call))
             self.failures.clear()
+            try:
+                data = loads(result.content)
+            except ValueError:
+                data = None
+            if isinstance(data, dict):
+                self.results.append(data)
             return None
         self.failures.append(call)
         if result.code in UNAVAILABLE_CODES:

@@ -15,7 +15,7 @@ from bridge.config.io import load_settings
 from bridge.errors import ConfigError
 from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI
-from tests.harness import Harness, running_bridge
+from tests.harness import Harness, pdf_group, running_bridge
 
 
 async def _last_run(h: Harness) -> tuple[Any, dict[str, Any], str]:
@@ -326,3 +326,37 @@ async def test_a_group_called_like_a_tool_is_told_how_to_load_it(
     result = [m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"][-1]["content"]
     assert "'sessions' is a tool group, not a tool" in result and "group_name='sessions'" in result
     assert "sessions_list" in result and h.sender.of("reply") == ["Loaded."]
+
+
+async def test_a_call_that_passes_an_earlier_result_back_as_its_arguments_counts_as_a_repeat(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # What the 0.5B model did in text mode: each result became the next call's arguments, every call
+    # different and a success, until max_iterations.
+    fake_llm.push(
+        fake.tool_call("load_tool_group", {"group_name": "pdf"}),
+        fake.tool_call("pdf_info", {"path": "r.pdf"}),
+        fake.tool_call("pdf_info", {"path": "r.pdf", "pages": 3}),
+        fake.text('{"name": "pdf_info", "arguments": {"path": "r.pdf", "pages": 3}}'),
+    )
+    async with running_bridge(tmp_path, fake_llm, extra_groups=(pdf_group(),)) as h:
+        await h.say("how many pages has r.pdf?")
+        rows = await h.bridge.store.history((await h.bridge.sessions.active_for_key("main")).id, 50)
+        [(run, _)] = await h.bridge.store.list_runs(session_key="main", limit=1)
+    assert [r.tool_name for r in rows if r.kind == "tool_call"] == ["load_tool_group", "pdf_info"]
+    assert run.status == "stopped" and "a result it already had" in (run.error or "")
+    assert h.sender.of("reply")[-1] == "Here is what pdf_info found:\n- path: r.pdf\n- pages: 3"
+
+
+async def test_one_argument_that_happens_to_match_a_result_is_not_an_echo(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.tool_call("load_tool_group", {"group_name": "pdf"}),
+        fake.tool_call("pdf_info", {"path": "r.pdf"}),
+        fake.tool_call("pdf_extract_text", {"path": "r.pdf"}),
+        fake.text("Three pages."),
+    )
+    async with running_bridge(tmp_path, fake_llm, extra_groups=(pdf_group(),)) as h:
+        await h.say("read r.pdf")
+    assert h.sender.of("reply")[-1] == "Three pages."
