@@ -36,7 +36,8 @@ from bridge.sessions import keys
 
 Principal: TypeAlias = Literal["owner", "operator", "member", "hook"]
 PRINCIPALS: Final[frozenset[str]] = frozenset(get_args(Principal))
-# A task or hook's chain step, as traces and the task's record name it: "task:ab12cd34", "agent:main".
+# How many steps of a chain ("task:ab12cd34", "agent:main") an authority keeps, newest last: enough
+# for a trace to say how a run came about, bounded for a task made by a task made by a task.
 MAX_CHAIN: Final = 8
 
 
