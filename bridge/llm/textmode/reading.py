@@ -1,52 +1,25 @@
-"""Tool calls written as text: the strict text-mode protocol, and calls a native-mode server left in text."""
+"""Reading tool calls written as text: the strict text-mode protocol's fenced blocks, and the calls
+a native-mode server left in its text (a bare call object, a name alone, `name(key: "value")`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from bridge.jsonutil import loads
-from bridge.llm.base import ChatMessage, Completion, Provider, TextSink, ToolCall
-from bridge.llm.holdback import HoldBack
-from bridge.llm.textprompt import ResultRole, render_call, to_text_messages
+from bridge.llm.base import ToolCall
 
-# Every correction starts with this, so a request can tell that its run already corrected the model.
-NOT_RUN = "[Bridge: that was not run."
-FENCE_CORRECTION = (
-    f"{NOT_RUN} To call a tool, write the JSON inside a fenced block that starts with "
-    "```json on its own line and ends with ``` on its own line.]"
-)
-RESULT_CORRECTION = (
-    f"{NOT_RUN} Write the tool block and stop: its result comes back in the next message. "
-    "Never write a result yourself.]"
-)
-# Filled in with the tool's name and, in text mode, the block that calls it.
-TEXT_NAME_CORRECTION = (
-    NOT_RUN + " A tool's name alone calls nothing. To call {name}, reply with only this block:\n"
-    "{block}\nOr answer in plain words.]"
-)
-# A ```tool block naming a tool that exists nowhere (a small model makes up `remind` or `search`).
-UNKNOWN_TOOL_CORRECTION = (
-    NOT_RUN + " There is no tool named {name}. Call one of the tools listed, load a group from "
-    "'Available Tool Groups' with load_tool_group, or answer in plain words.]"
-)
-NATIVE_NAME_CORRECTION = (
-    NOT_RUN + " A tool's name alone calls nothing. To use {name}, make a tool call (a function call) "
-    "to it, or answer in plain words.]"
-)
-# Output-only marker for tool results in the transcript: never a callable name, whatever the model echoes.
 RESERVED_NAMES = frozenset({"tool.result", "tool_result"})
 CALL_LABELS = frozenset({"json", "tool"})
 # A fence opens at the start of a line (after optional indentation) and closes on a line of its own,
 # so inline ``` in prose never starts a block. The body is matched lazily: the first closing fence ends it.
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w.-]*)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
-_TOOL_FENCE = re.compile(r"^[ \t]*```[ \t]*tool[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+TOOL_FENCE = re.compile(r"^[ \t]*```[ \t]*tool[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _SIGNATURE = re.compile(r"\s*\([^()]*\)\s*$")
 # A whole reply that is only a name: `name`, name(), ```name```, name. (fullmatch on the stripped text).
@@ -71,7 +44,7 @@ class Names(Protocol):
     def is_group(self, name: str) -> bool: ...
 
 
-def _nothing(_name: str) -> bool:
+def nothing(_name: str) -> bool:
     return False
 
 
@@ -152,11 +125,11 @@ def parse_leaked(text: str, allowed: Collection[str], *, echoes: Collection[str]
     parsed = parse_reply(text, allowed, echoes=echoes)
     if parsed.call is not None:
         return parsed.without_tail()
-    bare = _bare_call(text, allowed, echoes)
+    bare = bare_call(text, allowed, echoes)
     return ParsedReply(bare, "") if bare is not None else parsed
 
 
-def _bare_call(text: str, allowed: Collection[str], echoes: Collection[str]) -> ToolCall | None:
+def bare_call(text: str, allowed: Collection[str], echoes: Collection[str]) -> ToolCall | None:
     """The call when the whole text is one unfenced call object naming an allowed tool; else None."""
     body = text.strip()
     if not (body.startswith("{") and body.endswith("}")) or any(body in echo for echo in echoes):
@@ -234,7 +207,7 @@ def without_calls(text: str) -> str:
     return "" if rest.startswith("{") and _as_call(rest) is not None else rest
 
 
-def _bare_name(text: str, allowed: _Allowed) -> str | None:
+def bare_name(text: str, allowed: Allowed) -> str | None:
     """The tool's name when the whole reply is nothing but the name of an allowed tool; else None.
 
     What small models write when they mean to call a tool without arguments. A name inside a
@@ -248,7 +221,7 @@ def _bare_name(text: str, allowed: _Allowed) -> str | None:
     return name if name not in RESERVED_NAMES and allowed.is_tool(name) else None
 
 
-def _written_arguments(text: str, sole: str | None = None) -> str | None:
+def written_arguments(text: str, sole: str | None = None) -> str | None:
     """The arguments of a reply written as name(key: "value", ...), as JSON: "{}" when there are
     none, None when they cannot be read for sure (then nothing is guessed). `sole`: the one argument
     the tool requires, which a lone value such as name(sessions) or name("x") can only mean."""
@@ -285,198 +258,11 @@ def _tidy(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def _results(messages: list[ChatMessage]) -> list[str]:
-    return [m.content for m in messages if m.role == "tool"]
-
-
-def _corrected(messages: list[ChatMessage]) -> bool:
-    """Whether the model was already corrected in this run.
-
-    The runner corrects once per run (AgentRunner._loop) and keeps that exchange, the model's reply
-    and then a user message starting with NOT_RUN, only in the run's own messages: history never
-    holds one, so a pair in the request means this run.
-    """
-    return any(
-        reply.role == "assistant" and note.role == "user" and note.content.startswith(NOT_RUN)
-        for reply, note in itertools.pairwise(messages)
-    )
-
-
-def _with_text_call(completion: Completion, parsed: ParsedReply) -> Completion:
-    """The completion with the call found in its text as its one tool call, and the rest as its text."""
-    if parsed.call is None:
-        return completion
-    return dataclasses.replace(completion, content=parsed.text, tool_calls=(parsed.call,))
-
-
-def _named(completion: Completion, name: str, allowed: _Allowed, correction: str | None) -> Completion:
-    """A reply that is only a tool's name (or name(args)): the correction when there is one, else
-    what is safe.
-
-    Without a correction (the run already had its one, or no tools were offered) the name must still
-    never be the answer: the tool is called with the arguments written out, or with none when it
-    needs none (one that is not offered is only refused by the runner with a hint to load its group).
-    Arguments that cannot be read, or a tool that needs some and got none, are not guessed at: the
-    text is dropped and the runner says the answer was empty.
-    """
-    if correction is not None:
-        return dataclasses.replace(completion, correction=correction)
-    required = allowed.required(name)
-    arguments = _written_arguments(completion.content, required[0] if len(required) == 1 else None)
-    if arguments is None or (arguments == "{}" and required):
-        return dataclasses.replace(completion, content="", tool_calls=())
-    call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
-    return dataclasses.replace(completion, content="", tool_calls=(call,))
-
-
-def _text_name_correction(name: str, allowed: _Allowed) -> str:
-    # Required arguments are named as placeholders, so the block shows what the tool needs.
-    arguments = json.dumps({key: f"<{key}>" for key in allowed.required(name)})
-    block = render_call(ToolCall(id="", name=name, arguments=arguments))
-    return TEXT_NAME_CORRECTION.format(name=name, block=block)
-
-
-class TextModeProvider:
-    """Wraps any Provider so a model without native tool calling uses the strict text protocol."""
-
-    def __init__(
-        self,
-        inner: Provider,
-        *,
-        known: Known = _nothing,
-        groups: Known = _nothing,
-        result_role: ResultRole = "tool",
-    ) -> None:
-        self.inner = inner
-        # Tools that exist but are not loaded still count as calls, so the runner can answer
-        # "load its group first" instead of the model's block being shown to the user as text; so do
-        # groups written as a call, which the runner answers with how to load them.
-        self._known, self._groups = known, groups
-        self._result_role = result_role
-
-    async def complete(
-        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
-    ) -> Completion:
-        text_messages = to_text_messages(messages, tools, self._result_role)
-        return await _held_back(
-            lambda out: self.inner.complete(text_messages, [], *out),
-            lambda completion: self._read(messages, tools, completion),
-            sink,
-        )
-
-    def _read(
-        self, messages: list[ChatMessage], tools: list[dict[str, Any]], completion: Completion
-    ) -> Completion:
-        allowed = _Allowed(tools, self._known, self._groups)
-        if completion.tool_calls:
-            # A server that parsed calls natively anyway: still at most one, and only a permitted name.
-            native = next((c for c in completion.tool_calls if c.name in allowed), None)
-            return dataclasses.replace(completion, tool_calls=(native,) if native else ())
-        echoes = _results(messages)
-        # A malformed call is corrected once per run (see AgentRunner._loop). After that, and in a
-        # request with no tools (a run's last, whose correction the runner ignores), it degrades to
-        # what is safe: its call runs, and neither the call nor a made-up result is ever the answer.
-        correct = bool(tools) and not _corrected(messages)
-        parsed = parse_reply(completion.content, allowed, echoes=echoes)
-        if parsed.call is not None:
-            if parsed.tail and correct:
-                return dataclasses.replace(completion, correction=RESULT_CORRECTION)
-            return _with_text_call(completion, parsed.without_tail())
-        bare = _bare_call(completion.content, allowed, echoes)
-        if bare is not None:
-            # Only a fenced block is a call, but this is close enough that the model is told how to
-            # write it; a second one in the run is plainly meant as a call, and runs.
-            if correct:
-                return dataclasses.replace(completion, correction=FENCE_CORRECTION)
-            return _with_text_call(completion, ParsedReply(bare, ""))
-        name = _bare_name(completion.content, allowed)
-        if name is not None:
-            correction = _text_name_correction(name, allowed) if correct else None
-            return _named(completion, name, allowed, correction)
-        made_up = next((i.name for i in parsed.ignored if i.reason == "not_allowed"), None)
-        if made_up is not None and _TOOL_FENCE.search(completion.content):
-            # A ```tool block is the protocol's, never an answer: the model is told once that the
-            # tool does not exist; after that the block is dropped, and what is left is the answer.
-            if correct:
-                return dataclasses.replace(
-                    completion, correction=UNKNOWN_TOOL_CORRECTION.format(name=made_up)
-                )
-            return dataclasses.replace(completion, content=without_calls(completion.content))
-        # Offered no tools (a run's last request): whatever is call-shaped is not the answer.
-        return completion if tools else _answer_only(completion)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-def _answer_only(completion: Completion) -> Completion:
-    """A last answer as the chat may see it: everything call-shaped taken out (without_calls)."""
-    answer = without_calls(completion.content)
-    return completion if answer == completion.content else dataclasses.replace(completion, content=answer)
-
-
-class NativeModeProvider:
-    """Native tool calls, plus the one call a server left in the text when its parser missed it."""
-
-    def __init__(self, inner: Provider, *, known: Known = _nothing, groups: Known = _nothing) -> None:
-        self.inner = inner
-        self._known, self._groups = known, groups
-
-    async def complete(
-        self, messages: list[ChatMessage], tools: list[dict[str, Any]], sink: TextSink | None = None
-    ) -> Completion:
-        # A call leaked into the text is held back as it streams, as in text mode, in every answer:
-        # offered no tools (a run's last request), a small model still writes one, and it must never
-        # stream as the answer.
-        return await _held_back(
-            lambda out: self.inner.complete(messages, tools, *out),
-            lambda completion: self._read(messages, tools, completion),
-            sink,
-        )
-
-    def _read(
-        self, messages: list[ChatMessage], tools: list[dict[str, Any]], completion: Completion
-    ) -> Completion:
-        if completion.tool_calls:
-            return completion
-        if not tools:
-            # Offered no tools (a run's last request), a call in the text is never run and never the
-            # answer: what streams, and what is stored, is the text without it.
-            return _answer_only(completion)
-        allowed = _Allowed(tools, self._known, self._groups)
-        parsed = parse_leaked(completion.content, allowed, echoes=_results(messages))
-        if parsed.call is not None:
-            return _with_text_call(completion, parsed)
-        name = _bare_name(completion.content, allowed)
-        if name is not None:
-            correction = None if _corrected(messages) else NATIVE_NAME_CORRECTION.format(name=name)
-            return _named(completion, name, allowed, correction)
-        return completion
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-async def _held_back(
-    ask: Callable[[tuple[TextSink, ...]], Awaitable[Completion]],
-    read: Callable[[Completion], Completion],
-    sink: TextSink | None,
-) -> Completion:
-    """Ask (streaming into `sink` through a HoldBack, if there is a sink), read the answer, then show
-    what was held back when the answer is text rather than a call. The inner provider gets a sink
-    argument only when there is one, as a provider written before streaming takes none."""
-    held = HoldBack(sink) if sink is not None else None
-    answer = read(await ask((held,) if held is not None else ()))
-    if held is not None and not answer.tool_calls and answer.correction is None:
-        await held.finish(answer.content)
-    return answer
-
-
-class _Allowed:
+class Allowed:
     """The names a written call may name, as a membership test: the offered tools, those a group load
     would activate, and the groups themselves. `is_tool` leaves the groups out."""
 
-    def __init__(self, tools: list[dict[str, Any]], known: Known, groups: Known = _nothing) -> None:
+    def __init__(self, tools: list[dict[str, Any]], known: Known, groups: Known = nothing) -> None:
         functions = [schema.get("function", schema) for schema in tools]
         self._required = {function.get("name"): _required(function) for function in functions}
         self.active = set(self._required)
