@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from bridge.agent.asking import ModelRequests
 from bridge.agent.attachments import read_attachments
 from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
@@ -25,8 +26,8 @@ from bridge.agent.trace import RunTrace
 from bridge.config import Settings
 from bridge.errors import BridgeError, ProviderError
 from bridge.live import LiveEvents
-from bridge.llm.base import ChatMessage, Completion, Provider
-from bridge.llm.profiles import Fallback, Profiles
+from bridge.llm.base import ChatMessage, Provider
+from bridge.llm.profiles import Profiles
 from bridge.logs import redactor
 from bridge.media.blobs import MediaStore, media_root
 from bridge.media.parts import ImageReader
@@ -72,6 +73,8 @@ class AgentRunner:
         # The default profile's provider ([llm]); a chat switched with /model runs on its profile's.
         self.provider = provider
         self.profiles = profiles or Profiles(settings.llm, registry, provider)
+        # The model requests of every run (set lazily: `metrics` is the composition root's to set).
+        self._models = ModelRequests(self.profiles, provider, lambda: self.metrics)
         # Who the owners are, for the authority of chat runs (the composition root adds the console's).
         self.authorities = Authorities(settings.owners)
         # Set by the composition root once the agent-to-agent service (which runs this runner) exists.
@@ -257,7 +260,7 @@ class AgentRunner:
                 ctx.loaded_skills,
             )
             tools = self.registry.active_tools(ctx.loaded_groups)
-            completion = await self._complete(
+            completion = await self._models.complete(
                 state, [ChatMessage("system", system), *state.messages], [t.schema() for t in tools]
             )
             if completion.correction and not state.corrected:
@@ -338,7 +341,7 @@ class AgentRunner:
         request = final_request(state.messages, self.settings.agent.max_tool_result_chars)
         messages = [ChatMessage("system", system), *state.messages, ChatMessage("user", request)]
         try:
-            completion = await self._complete(state, messages, [], final=True)
+            completion = await self._models.complete(state, messages, [], final=True)
         except ProviderError:
             completion = None
         answer = last_answer(completion.content if completion else None, stop, state.messages, self._plain)
@@ -348,89 +351,6 @@ class AgentRunner:
         """A tool's result in its own plain words (Tool.plain), where it has them."""
         tool = self.registry.get(tool_name)
         return tool.plain(content) if tool is not None and tool.plain is not None else None
-
-    async def _complete(
-        self,
-        state: RunState,
-        messages: list[ChatMessage],
-        tools: list[dict[str, Any]],
-        *,
-        final: bool = False,
-    ) -> Completion:
-        """One model request, recorded in the run's trace whether it succeeds or fails.
-
-        When the run's model fails for good (its retries spent) and [llm] fallback names another
-        profile, the same request goes once to that one, which then answers the rest of the run: the
-        first model is likely still down, and each further request would wait out its retries again.
-        """
-        try:
-            return await self._ask(state, messages, tools, final=final)
-        except ProviderError as exc:
-            if state.fallback is not None:
-                # Already on the fallback: the main model failed earlier in this run, now this one has.
-                raise state.fallback.failed_too(exc) from exc
-            name = self.profiles.fallback_for(state.answering)
-            if name is None:
-                raise
-            fallback = self._fall_back(state, name, exc)
-        try:
-            return await self._ask(state, messages, tools, final=final)
-        except ProviderError as exc:
-            raise fallback.failed_too(exc) from exc
-
-    def _fall_back(self, state: RunState, name: str, exc: ProviderError) -> Fallback:
-        """Hand the rest of the run to the fallback profile `name`, in the state and its trace."""
-        log.warning(
-            "run %s: model profile %s failed (%s); asking the fallback profile %s",
-            state.run_id,
-            state.answering,
-            exc.message,
-            name,
-        )
-        state.fallback = Fallback(name, state.answering, exc.message)
-        state.answering, state.provider = name, self.profiles.get(name)
-        model = self.profiles.settings(name).model
-        state.trace.header["fallback"] = {"profile": name, "model": model, "because": exc.message}
-        return state.fallback
-
-    async def _ask(
-        self, state: RunState, messages: list[ChatMessage], tools: list[dict[str, Any]], *, final: bool
-    ) -> Completion:
-        """One request to the profile answering now, recorded in the trace."""
-        started = RunTrace.clock()
-        fallback = state.answering if state.fallback is not None else None
-        provider = state.provider or self.provider
-        if state.images is not None:
-            # Only a profile that takes images gets them (a fallback may not); the rest go by name.
-            vision = self.profiles.settings(state.answering).vision
-            messages = await state.images.parts(messages, vision)
-        try:
-            if state.display is not None:
-                # A fresh segment per request: after tool calls the answer goes on below their activity.
-                completion = await provider.complete(messages, tools, state.display.segment())
-            else:
-                completion = await provider.complete(messages, tools)
-        except ProviderError as exc:
-            self._count_request(state, started, failed=True)
-            state.trace.model_call(
-                started,
-                messages,
-                tools,
-                error=exc.message,
-                error_detail=exc.detail,
-                final=final,
-                fallback=fallback,
-            )
-            raise
-        self._count_request(state, started, failed=False)
-        state.trace.model_call(started, messages, tools, completion, final=final, fallback=fallback)
-        state.add_usage(completion)
-        return completion
-
-    def _count_request(self, state: RunState, started: float, *, failed: bool) -> None:
-        if self.metrics is not None:
-            provider = self.profiles.settings(state.answering).provider
-            self.metrics.model_request(provider, RunTrace.clock() - started, failed=failed)
 
     def _end(self, state: RunState, status: RunStatus, reply: str) -> RunResult:
         return RunResult(state.run_id, status, reply, state.iterations)
