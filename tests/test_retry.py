@@ -15,7 +15,7 @@ import pytest
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TimedOut
 
 from adapters.discord import _intake_verdict, _send_verdict
-from adapters.telegram import _classify as telegram_verdict
+from adapters.telegram.retrying import classify as telegram_verdict
 from bridge.errors import IntakeUnavailable
 from bridge.retry import (
     GIVE_UP,

@@ -66,7 +66,7 @@ class TelegramSettings(AccessSettings):
     listen: str = "127.0.0.1"
     port: int = Field(8443, ge=1, le=65535)
     # Checked on every webhook request; when empty, one is derived from the token (the same on every
-    # worker of the bot: adapters/telegram.py webhook_secret_of).
+    # worker of the bot: adapters/telegram/adapter.py webhook_secret_of).
     webhook_secret: SecretStr = SecretStr("")
     # The webhook server's limits, as [admin] max_connections and header_timeout_s for its own.
     webhook_max_connections: int = Field(256, ge=1, le=100_000)

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from adapters.telegram_updates import SECRET_HEADER
+from adapters.telegram.updates import SECRET_HEADER
 from bridge.events import Route
 from bridge.store.sqlite import SQLiteStore
 from bridge.store.tasks import TaskRow

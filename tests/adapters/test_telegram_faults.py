@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.telegram import MAX_ATTEMPTS
+from adapters.telegram.retrying import MAX_ATTEMPTS
 from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI
 from devkit.fakes.telegram_api import FakeTelegram

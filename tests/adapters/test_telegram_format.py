@@ -1,4 +1,4 @@
-"""Tests for adapters.telegram_format: Markdown to Telegram's HTML subset."""
+"""Tests for adapters.telegram.format: Markdown to Telegram's HTML subset."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram_format import to_telegram_html
+from adapters.telegram.format import to_telegram_html
 
 _ATTRIBUTES = {
     "b": set(),

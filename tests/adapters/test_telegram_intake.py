@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from adapters.telegram import TelegramAdapter, webhook_secret_of
-from adapters.telegram_updates import BACKOFF_BASE_S, SECRET_HEADER
+from adapters.telegram.updates import BACKOFF_BASE_S, SECRET_HEADER
 from bridge.config.platforms import TelegramSettings
 from bridge.errors import AdapterStartError, IntakeUnavailable
 from bridge.events import Inbound, Outbound, Route

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from telegram import Update
 
-from adapters.telegram_updates import SECRET_HEADER
+from adapters.telegram.updates import SECRET_HEADER
 from bridge.events import Inbound
 from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI, Reply

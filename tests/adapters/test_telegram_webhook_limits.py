@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from adapters.telegram_updates import SECRET_HEADER
+from adapters.telegram.updates import SECRET_HEADER
 from devkit.fakes.telegram_api import FakeTelegram
 from tests.adapters.test_telegram_intake import OWNER, Recorder, running, update_for, webhook_settings
 from tests.rawhttp import HALF_HEADER, SILENT, count_closed, holding

@@ -7,32 +7,26 @@ import hashlib
 import hmac
 import logging
 import re
-import warnings
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from html import unescape
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-import httpx
 from telegram import Bot, BotCommand, LinkPreviewOptions, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
-    Forbidden,
     InvalidToken,
     NetworkError,
-    RetryAfter,
     TelegramError,
-    TimedOut,
 )
 from telegram.request import HTTPXRequest
-from telegram.warnings import PTBDeprecationWarning
 
-from adapters import telegram_media
-from adapters.telegram_format import to_telegram_html
-from adapters.telegram_media import attachments_of
-from adapters.telegram_updates import (
+from adapters.telegram import media as telegram_media
+from adapters.telegram.format import to_telegram_html
+from adapters.telegram.media import attachments_of
+from adapters.telegram.retrying import SEND_BACKOFF, classify
+from adapters.telegram.updates import (
     ALLOWED_UPDATES,
     Intake,
     IntakeBot,
@@ -46,7 +40,7 @@ from bridge.errors import AdapterStartError
 from bridge.events import Attachment, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.platform import Adapter
-from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after, with_retries
+from bridge.retry import with_retries
 from bridge.serving import ConnectionLimits
 from bridge.text import split_message, utf16_len
 
@@ -54,13 +48,6 @@ log = logging.getLogger(__name__)
 
 TEXT_LIMIT = 4096
 GENERAL_TOPIC = 1
-MAX_ATTEMPTS = 5
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 30.0
-RETRY_AFTER_CAP_S = 120.0
-SEND_BACKOFF = Backoff(
-    attempts=MAX_ATTEMPTS, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, retry_after_cap=RETRY_AFTER_CAP_S
-)
 # Connections for sends and edits; PTB's Application used as many.
 SEND_CONNECTIONS = 256
 _MEDIA_KINDS = (
@@ -79,31 +66,6 @@ _MEDIA_KINDS = (
     "dice",
 )
 T = TypeVar("T")
-
-
-def _retry_after_s(exc: RetryAfter) -> float:
-    # PTB 22 returns an int (with a deprecation warning) or a timedelta (PTB_TIMEDELTA=true).
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        value = exc.retry_after
-    # Capped by SEND_BACKOFF's retry_after_cap.
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def _surely_unsent(exc: TimedOut) -> bool:
-    """A connect or pool timeout never reached Telegram; a read timeout may have been delivered."""
-    return isinstance(exc.__cause__, httpx.ConnectTimeout | httpx.PoolTimeout) or "not* sent" in str(exc)
-
-
-def _classify(exc: BaseException) -> Verdict:
-    """A Bot API failure: flood control names its wait; a refusal is final; the network is retried."""
-    if isinstance(exc, RetryAfter):
-        return retry_after(_retry_after_s(exc))
-    if isinstance(exc, BadRequest | Forbidden | InvalidToken):
-        return GIVE_UP
-    if isinstance(exc, TimedOut):
-        return Verdict(True, may_have_arrived=not _surely_unsent(exc))
-    return RETRY if isinstance(exc, NetworkError) else GIVE_UP
 
 
 def webhook_secret_of(token: str) -> str:
@@ -490,7 +452,7 @@ class TelegramAdapter(Adapter):
             call,
             what=f"Telegram: {what}",
             log=log,
-            classify=_classify,
+            classify=classify,
             backoff=SEND_BACKOFF,
             safe_to_resend=idempotent,
             level=logging.INFO,

@@ -1,0 +1,46 @@
+"""What to do when a Bot API call fails: flood control names its wait, a refusal is final, and the
+network is retried, except a send that may have reached Telegram (never sent twice)."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import timedelta
+
+import httpx
+from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TimedOut
+from telegram.warnings import PTBDeprecationWarning
+
+from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after
+
+MAX_ATTEMPTS = 5
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+RETRY_AFTER_CAP_S = 120.0
+SEND_BACKOFF = Backoff(
+    attempts=MAX_ATTEMPTS, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, retry_after_cap=RETRY_AFTER_CAP_S
+)
+
+
+def _retry_after_s(exc: RetryAfter) -> float:
+    # PTB 22 returns an int (with a deprecation warning) or a timedelta (PTB_TIMEDELTA=true).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = exc.retry_after
+    # Capped by SEND_BACKOFF's retry_after_cap.
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _surely_unsent(exc: TimedOut) -> bool:
+    """A connect or pool timeout never reached Telegram; a read timeout may have been delivered."""
+    return isinstance(exc.__cause__, httpx.ConnectTimeout | httpx.PoolTimeout) or "not* sent" in str(exc)
+
+
+def classify(exc: BaseException) -> Verdict:
+    """A Bot API failure: flood control names its wait; a refusal is final; the network is retried."""
+    if isinstance(exc, RetryAfter):
+        return retry_after(_retry_after_s(exc))
+    if isinstance(exc, BadRequest | Forbidden | InvalidToken):
+        return GIVE_UP
+    if isinstance(exc, TimedOut):
+        return Verdict(True, may_have_arrived=not _surely_unsent(exc))
+    return RETRY if isinstance(exc, NetworkError) else GIVE_UP
