@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from bridge.events import Outbound, Route
 from bridge.sessions.authority import Authority
-from bridge.sessions.keys import route_of_key
+from bridge.sessions.service import chat_route
 from bridge.store.base import OutboxItem
 from bridge.store.tables import DatabaseStore
 
@@ -49,10 +49,7 @@ class Headless:
     async def route(self, key: str, fallback: str | None = None) -> Route | None:
         """Where a chat is: where it was last written in, else `fallback` (a stored route), else what
         its key says."""
-        key = self.canonical(key)
-        session = await self.store.active_session(key)
-        stored = session.last_route if session and session.last_route else fallback
-        return Route.from_json(stored) or route_of_key(key)
+        return await chat_route(self.store, self.canonical(key), fallback)
 
     async def notice(self, key: str, text: str, dedupe: str, *, fallback: str | None = None) -> None:
         """A notice to a chat, once per `dedupe`, under its send policy; logged where it has no address."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from bridge.events import Inbound
+from bridge.events import Inbound, Route
 from bridge.sessions import keys
 from bridge.sessions.authority import Authorities, Authority
 from bridge.store.base import SessionMeta, SessionRow
@@ -53,3 +53,11 @@ class SessionService:
     async def start_new(self, key: str) -> SessionRow:
         """End the key's active session and start an empty one; the old one stays in the store."""
         return await self.store.start_new_session(key)
+
+
+async def chat_route(store: DatabaseStore, key: str, fallback: str | None = None) -> Route | None:
+    """Where a chat is: where it was last written in, else `fallback` (a stored route), else what its
+    key says (a group, a channel, a Telegram DM). `key` is canonical (an owner's DM key is main)."""
+    session = await store.active_session(key)
+    stored = session.last_route if session and session.last_route else fallback
+    return Route.from_json(stored) or keys.route_of_key(key)

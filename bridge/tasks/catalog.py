@@ -9,9 +9,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from bridge.config import Settings
-from bridge.events import Route
 from bridge.sessions.authority import Authorities, Authority
-from bridge.sessions.keys import route_of_key
+from bridge.sessions.service import chat_route
 from bridge.store.tables import DatabaseStore
 from bridge.store.tasks import TaskRow
 from bridge.tasks.when import Schedule, WhenError, next_fire, parse_when, shortest_gap
@@ -38,12 +37,6 @@ class TaskCatalog:
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
 
-    async def route(self, key: str) -> Route | None:
-        """Where a chat is: where it was last written in, else what its key says."""
-        session = await self.store.active_session(self.authorities.canonical(key))
-        stored = session.last_route if session and session.last_route else None
-        return Route.from_json(stored) or route_of_key(key)
-
     async def create(
         self, authority: Authority, prompt: str, when: str, deliver_to: str | None = None
     ) -> TaskRow:
@@ -68,7 +61,7 @@ class TaskCatalog:
         rules = self.settings.tasks
         if authority.member_rules:
             self._member_may(schedule, rules.members_recurring, rules.member_min_interval_s)
-        route = await self.route(target)
+        route = await chat_route(self.store, self.authorities.canonical(target))
         task = TaskRow(
             id=secrets.token_hex(4),
             chat_key=authority.origin,
