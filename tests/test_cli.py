@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.localmodel import MODEL_ALIAS, process_start
+from bridge.localmodel import DEFAULT_MODEL, MODEL_ALIAS, process_start
 from devkit.fakes import openai_server as fake_replies
 from devkit.fakes.loopback import closed_port
 from devkit.fakes.openai_server import FakeOpenAI
@@ -291,7 +291,7 @@ async def test_chat_without_base_url_uses_the_running_local_model_and_says_so_fi
         )
     assert done.code == 0, done.output
     first = done.stdout.splitlines()[0]
-    assert f"Using the local model at http://127.0.0.1:{port}/v1 (text tool calls)" in first
+    assert f"Using the local model {DEFAULT_MODEL} at http://127.0.0.1:{port}/v1 (text tool calls)" in first
     assert "hello from the local model" in done.stdout
     [request] = fake.requests
     assert request["model"] == MODEL_ALIAS and "tools" not in request

