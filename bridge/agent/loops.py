@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from bridge.agent.history import truncate
-from bridge.config.agent import LoopSettings
+from bridge.config.agent import LastRequest, LoopSettings
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.textmode import without_calls
@@ -22,6 +22,11 @@ UNAVAILABLE_CODES = frozenset({"unknown_tool", "not_loaded"})
 FINAL_REQUEST = (
     "[Bridge: no more tool calls are possible for this request.] Using only the tool results above, "
     "give your final answer to my last message now, in plain text."
+)
+# The same, after the question and the results in one message ([agent.loops] last_request = "question").
+FINAL_QUESTION = (
+    "[Bridge: no more tool calls are possible.] Using only these tool results, answer my question "
+    "above now, in plain words."
 )
 # Tool results of the turn repeated in the last request, newest last.
 FINAL_RESULTS = 3
@@ -146,8 +151,14 @@ class LoopGuard:
 Plain = Callable[[str, str], str | None]
 
 
-def last_answer(content: str | None, stop: Stop, messages: list[ChatMessage], plain: Plain) -> str:
-    """The reply of a run cut short: the model's last answer, unless there is none.
+# Where the reply of a run cut short came from; recorded as `answered_from` in its trace.
+AnswerSource = Literal["model", "tool_result", "rule"]
+
+
+def last_answer(
+    content: str | None, stop: Stop, messages: list[ChatMessage], plain: Plain
+) -> tuple[str, AnswerSource]:
+    """The reply of a run cut short, and where it came from: the model's last answer, unless there is none.
 
     Offered no tools, a small model still writes a call (fenced or bare) more often than not, or
     repeats the question. Neither is an answer. The user then gets what the tools found, in plain
@@ -155,9 +166,10 @@ def last_answer(content: str | None, stop: Stop, messages: list[ChatMessage], pl
     goes to its trace and /status. Only with nothing in hand is the reply the rule's own message.
     """
     answer = without_calls(content) if content is not None else ""
-    if _echoes_question(answer, messages):
-        answer = ""
-    return answer or in_words(messages, plain) or stop.message
+    if answer and not _echoes_question(answer, messages):
+        return answer, "model"
+    found = in_words(messages, plain)
+    return (found, "tool_result") if found else (stop.message, "rule")
 
 
 def in_words(messages: list[ChatMessage], plain: Plain) -> str:
@@ -202,21 +214,25 @@ def _lines(data: Any, prefix: str = "") -> Iterator[str]:
         yield f"- {prefix}: {truncate(' '.join(text.split()), 200)}" if prefix else f"- {text}"
 
 
-def final_request(messages: list[ChatMessage], max_chars: int) -> str:
-    """The last request's own message: the results of this turn's calls, then no more tools.
+def last_request(messages: list[ChatMessage], max_chars: int, shape: LastRequest) -> list[ChatMessage]:
+    """The conversation of a run's last request (after its system prompt): no more tools, an answer.
 
     Small models lose the results behind their own repeated calls, so the newest few are said again
-    right before the instruction.
+    right before the instruction. "history" keeps the turn as it went and adds them in a message of
+    their own; "question" folds the turn's calls into the question's message, so the request ends
+    with the question, what the tools returned and the instruction, and holds no call to copy.
     """
     asked = next((i for i in range(len(messages) - 1, -1, -1) if _from_person(messages[i])), None)
-    if asked is None:
-        return FINAL_REQUEST
-    results = [m for m in messages[asked + 1 :] if m.role == "tool"][-FINAL_RESULTS:]
-    if not results:
-        return FINAL_REQUEST
-    found = "".join(f"\n- {m.name}: {truncate(m.content, max_chars // 4)}" for m in results)
+    results = [] if asked is None else [m for m in messages[asked + 1 :] if m.role == "tool"]
+    if asked is None or not results:
+        return [*messages, ChatMessage("user", FINAL_REQUEST)]
+    found = "".join(f"\n- {m.name}: {truncate(m.content, max_chars // 4)}" for m in results[-FINAL_RESULTS:])
     # The instruction comes last: small models continue from the end, and echo a question put there.
-    return f"What the tools returned:{found}\n\n{FINAL_REQUEST}"
+    if shape == "question":
+        question = messages[asked]
+        folded = f"{question.content}\n\nWhat the tools returned:{found}\n\n{FINAL_QUESTION}"
+        return [*messages[:asked], replace(question, content=folded)]
+    return [*messages, ChatMessage("user", f"What the tools returned:{found}\n\n{FINAL_REQUEST}")]
 
 
 def _echoes_question(answer: str, messages: list[ChatMessage]) -> bool:

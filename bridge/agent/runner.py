@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from bridge.agent.asking import ModelRequests
 from bridge.agent.attachments import read_attachments
 from bridge.agent.history import build_messages, size, truncate, within_budget
-from bridge.agent.loops import LoopGuard, Stop, final_request, last_answer
+from bridge.agent.loops import LoopGuard, Stop, in_words, last_answer, last_request
 from bridge.agent.prompt import build_system_prompt
 from bridge.agent.runstate import (
     CUT_SHORT_ERROR,
@@ -280,8 +280,7 @@ class AgentRunner:
                 why = f"{CUT_SHORT_ERROR}: {completion.cut_short}"
                 return RunResult(state.run_id, "stopped", reply, iteration, stop_reason=why)
             if not completion.tool_calls:
-                reply = completion.content.strip() or "(The model returned an empty answer.)"
-                return RunResult(state.run_id, "ok", reply, iteration)
+                return RunResult(state.run_id, "ok", self._answer(state, completion.content), iteration)
             # Small real models call a tool again after its result instead of answering, or cycle
             # between two. Running it again changes nothing: the response is dropped, the answer asked for.
             stop = guard.repeat(completion.tool_calls)
@@ -338,14 +337,29 @@ class AgentRunner:
         """
         state.trace.header["stop_rule"] = stop.rule
         fallback = stop.message
-        request = final_request(state.messages, self.settings.agent.max_tool_result_chars)
-        messages = [ChatMessage("system", system), *state.messages, ChatMessage("user", request)]
+        agent = self.settings.agent
+        conversation = last_request(state.messages, agent.max_tool_result_chars, agent.loops.last_request)
+        messages = [ChatMessage("system", system), *conversation]
         try:
             completion = await self._models.complete(state, messages, [], final=True)
         except ProviderError:
             completion = None
-        answer = last_answer(completion.content if completion else None, stop, state.messages, self._plain)
+        answer, source = last_answer(
+            completion.content if completion else None, stop, state.messages, self._plain
+        )
+        state.trace.header["answered_from"] = source
         return RunResult(state.run_id, "stopped", answer, state.iterations, stop_reason=fallback)
+
+    def _answer(self, state: RunState, content: str) -> str:
+        """A finished run's reply. An empty answer after a tool succeeded (a small model writes nothing
+        once it has called save_memory or write_file) is what that tool did, in plain words."""
+        if content.strip():
+            return content.strip()
+        found = in_words(state.messages, self._plain)
+        if found:
+            state.trace.header["answered_from"] = "tool_result"
+            return found
+        return "(The model returned an empty answer.)"
 
     def _plain(self, tool_name: str, content: str) -> str | None:
         """A tool's result in its own plain words (Tool.plain), where it has them."""

@@ -25,6 +25,7 @@ from bridge.config.platforms import known_surfaces
 if TYPE_CHECKING:
     from bridge.app import Bridge
     from bridge.http.server import AdminServer
+    from bridge.localmodel import Running
     from bridge.reload import ConfigReloader
 
 
@@ -63,14 +64,14 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_CONFIG
-        settings = with_local_model(settings, local.base_url, local.mode)
+        settings = with_local_model(settings, local)
     async with Bridge(settings, extra_owners=tty.implicit_owners, on_claim_lost=_lost_database) as bridge:
         reloader = _watch_config(bridge, file_settings, path)
         bridge.add_sender(console)
         if local is not None:
             tty.notice(
-                f"Using the local model at {local.base_url} ({local.mode} tool calls), because no "
-                "[llm] base_url is configured. `bridge local-model stop` stops it."
+                f"Using the local model {local.model} at {local.base_url} ({local.mode} tool calls), "
+                "because no [llm] base_url is configured. `bridge local-model stop` stops it."
             )
         where = mask_url(settings.llm.base_url or "") or (
             "the Anthropic API" if settings.llm.provider == "anthropic" else "the OpenAI API"
@@ -89,14 +90,20 @@ async def chat(settings: Settings, path: Path | None = None) -> int:
     return 0
 
 
-def with_local_model(settings: Settings, base_url: str, mode: str) -> Settings:
-    """Settings that talk to the local model; its context is small, so the history budget is too."""
-    from bridge.localmodel import MODEL_ALIAS
-
-    llm = settings.llm.model_copy(update={"base_url": base_url, "model": MODEL_ALIAS, "tool_mode": mode})
+def with_local_model(settings: Settings, local: Running) -> Settings:
+    """Settings that talk to the local model: its context is small, so the history budget is too, and
+    a run cut short asks for its answer in the shape small models answer (unless the file says)."""
+    llm = settings.llm.model_copy(
+        update={"base_url": local.base_url, "model": local.spec.alias, "tool_mode": local.mode}
+    )
+    loops = settings.agent.loops
+    if "last_request" not in loops.model_fields_set:
+        # Measured in docs/local-model.md: after "history", the 0.5B model copies its call out as the
+        # answer; after "question", it answers.
+        loops = loops.model_copy(update={"last_request": "question"})
     # 8k tokens of context, of which the system prompt and tools take about 2k: ~16k characters left.
     agent = settings.agent.model_copy(
-        update={"history_max_chars": min(settings.agent.history_max_chars, 16_000)}
+        update={"history_max_chars": min(settings.agent.history_max_chars, 16_000), "loops": loops}
     )
     return settings.model_copy(update={"llm": llm, "agent": agent})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
@@ -13,6 +13,8 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are Bridge, a helpful assistant reachable from chat apps. Answer concisely. "
     "Use tools when they help; after a tool result, answer the user instead of calling the same tool again."
 )
+# How a run cut short asks for its answer (LoopSettings.last_request).
+LastRequest = Literal["history", "question"]
 
 
 class LoopSettings(Section):
@@ -25,6 +27,11 @@ class LoopSettings(Section):
     max_failures_in_a_row: int = Field(3, ge=0, le=100)
     # Calls of unknown tools, or of tools whose group is not loaded, that stop a run; 0 never stops.
     max_unavailable_calls: int = Field(2, ge=0, le=100)
+    # The shape of that last request. "history": the turn as it went (the calls and their results),
+    # then the instruction. "question": the turn's calls folded into one message, the question again
+    # with what the tools returned, which small models answer where they would copy a call
+    # (measured in docs/local-model.md; `bridge chat` on the local model uses it).
+    last_request: LastRequest = "history"
 
 
 class AgentSettings(Section):

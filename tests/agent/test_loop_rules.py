@@ -9,7 +9,7 @@ from zoneinfo import available_timezones
 
 import pytest
 
-from bridge.agent.loops import FINAL_REQUEST
+from bridge.agent.loops import FINAL_QUESTION, FINAL_REQUEST
 from bridge.agent.trace import format_trace
 from bridge.config.io import load_settings
 from bridge.errors import ConfigError
@@ -311,6 +311,90 @@ async def test_the_last_request_repeats_this_turns_tool_results_before_asking_fo
     assert last.startswith("What the tools returned:\n- get_current_time: ")
     assert last.endswith(FINAL_REQUEST) and '"timezone": "UTC"' in last
     assert h.sender.of("reply") == ["Noon."]
+
+
+async def test_the_question_shape_folds_the_turns_calls_into_the_question_and_its_results(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(
+        fake.text("Earlier answer."),
+        fake.tool_call("get_current_time", {"timezone": "Asia/Tokyo"}),
+        fake.tool_call("get_current_time", {"timezone": "Asia/Tokyo"}),
+        fake.text("It is 3 am in Tokyo."),
+    )
+    async with running_bridge(tmp_path, fake_llm, agent={"loops": {"last_request": "question"}}) as h:
+        await h.say("hello")
+        await h.say("What time is it in Tokyo?")
+        _run, trace, _text = await _last_run(h)
+        session = await h.bridge.store.active_session("main")
+        assert session is not None
+        kinds = [row.kind for row in await h.bridge.store.history(session.id, 100)]
+    last = fake_llm.requests[-1]
+    assert "tools" not in last
+    # The earlier turn as it was; this turn's call and result never replayed as such: nothing to copy.
+    roles = [m["role"] for m in last["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]
+    assert not any(m.get("tool_calls") for m in last["messages"])
+    folded = str(last["messages"][-1]["content"])
+    assert folded.startswith("What time is it in Tokyo?\n\nWhat the tools returned:\n- get_current_time: ")
+    assert '"timezone": "Asia/Tokyo"' in folded and folded.endswith(FINAL_QUESTION)
+    assert h.sender.of("reply")[-1] == "It is 3 am in Tokyo."
+    assert trace["answered_from"] == "model" and trace["stop_rule"] == "repeated_call"
+    # History keeps the turn as it went: its one call is stored, the fold is not.
+    assert kinds.count("tool_call") == 1 and kinds.count("user") == 2
+
+
+@pytest.mark.parametrize(
+    ("last", "source"),
+    [
+        (fake.text("Noon in UTC."), "model"),
+        (fake.text('```json\n{"name": "get_current_time", "arguments": {}}\n```'), "tool_result"),
+    ],
+)
+async def test_the_trace_says_whose_words_a_cut_short_answer_is(
+    tmp_path: Path, fake_llm: FakeOpenAI, last: Any, source: str
+) -> None:
+    call = fake.tool_call("get_current_time", {"timezone": "UTC"})
+    fake_llm.push(call, call, last)
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+        _run, trace, _text = await _last_run(h)
+    assert trace["answered_from"] == source
+
+
+async def test_an_empty_answer_after_a_tool_succeeded_is_what_the_tool_did_in_plain_words(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    # Qwen2.5-Coder-1.5B in text mode writes nothing once save_memory has succeeded.
+    fake_llm.push(fake.tool_call("save_memory", {"content": "my locker number is 4711."}), fake.text(""))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("Remember this: my locker number is 4711.")
+        run, trace, _text = await _last_run(h)
+    reply = h.sender.of("reply")[-1]
+    assert reply.startswith("Saved to memory: my locker number is 4711. It stays") and "{" not in reply
+    assert run.status == "ok" and trace["answered_from"] == "tool_result"
+
+
+async def test_an_empty_answer_with_nothing_done_says_the_model_gave_none(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.push(fake.text("   "))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("hello?")
+        _run, trace, _text = await _last_run(h)
+    assert h.sender.of("reply")[-1] == "(The model returned an empty answer.)"
+    assert "answered_from" not in trace
+
+
+async def test_with_nothing_in_hand_the_trace_says_the_rule_answered(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    bad = {"timezone": "Mars/Olympus"}
+    fake_llm.push(*(fake.tool_call("get_current_time", bad) for _ in range(3)), fake.text(""))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time on Mars?")
+        _run, trace, _text = await _last_run(h)
+    assert trace["answered_from"] == "rule" and trace["stop_rule"] == "failure_streak"
 
 
 async def test_a_group_called_like_a_tool_is_told_how_to_load_it(
