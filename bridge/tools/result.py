@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def as_written(content: str) -> str:
+    """A Tool.plain for tools whose success is already a sentence for a person ("Wrote 18 bytes to
+    'notes.txt'.")."""
+    return content
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """What a tool hands back: data for the model, never an exception into the loop."""

@@ -34,7 +34,12 @@ async def test_current_time_defaults_to_the_configured_zone(make_session_ctx: Ma
     data = payload(await get_current_time({}, ctx))
     assert data["timezone"] == "Asia/Tokyo"
     assert_now(data["iso"], timedelta(hours=9))
-    assert data["weekday"] == datetime.fromisoformat(data["iso"]).strftime("%A")
+    moment = datetime.fromisoformat(data["iso"])
+    assert data["weekday"] == moment.strftime("%A") and data["time"] == moment.strftime("%H:%M")
+    # Said as a person would, so a small model has a sentence to copy rather than a stamp to misread.
+    assert (
+        data["in_words"] == f"It's {moment:%H:%M} on {moment:%A}, {moment:%-d %B %Y}, in Tokyo (Asia/Tokyo)."
+    )
 
 
 async def test_current_time_in_an_explicit_zone(make_session_ctx: MakeSessionContext) -> None:

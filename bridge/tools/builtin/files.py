@@ -20,6 +20,7 @@ from bridge.tools.arguments import Arguments, NonNegative, PathText, Positive, t
 from bridge.tools.base import ToolContext, ToolGroup, ToolResult
 from bridge.tools.builtin.send_file import send_file
 from bridge.tools.builtin.workspace import resolve_in_workspace, workspace_of
+from bridge.tools.result import as_written
 
 # A recursive listing of a big tree would flood the model's context; this is plenty to orient it.
 MAX_LIST_ENTRIES = 500
@@ -222,6 +223,7 @@ write_file = typed_tool(
     "file unless append is true. Returns the number of bytes written.",
     WriteFileArgs,
     _write_file,
+    plain=as_written,
 )
 
 
