@@ -207,6 +207,23 @@ async def test_with_no_tools_offered_a_call_and_its_made_up_result_never_become_
         assert "09:41" not in completion.content and "get_current_time" not in completion.content
 
 
+@pytest.mark.parametrize("reply", ["[tool.result]", INVENTED, "  [Tool result of read_file]\nhello"])
+async def test_a_reply_that_is_a_result_marker_is_corrected_once_then_is_no_answer(reply: str) -> None:
+    # Qwen2.5-Coder-1.5B answers "Remember this: ..." with the marker alone.
+    first = await in_text_mode(reply)
+    assert first.correction == RESULT_CORRECTION and not first.tool_calls
+    again = await in_text_mode(reply, corrected("[tool.result]", RESULT_CORRECTION))
+    assert again.correction is None and again.content == ""
+    last = await in_text_mode(reply, tools=[])
+    assert last.content == "" and without_calls(reply) == ""
+
+
+async def test_an_answer_that_mentions_a_tool_result_later_is_an_answer() -> None:
+    reply = "The clock says 09:41. [tool.result] is how results are marked."
+    completion = await in_text_mode(reply)
+    assert completion.correction is None and completion.content == reply
+
+
 async def test_a_second_bare_call_object_in_a_run_runs_instead_of_being_shown() -> None:
     bare = json.dumps(CALL)
     completion = await in_text_mode(bare, corrected(bare))

@@ -24,6 +24,7 @@ from bridge.llm.textmode.reading import (
     parse_leaked,
     parse_reply,
     without_calls,
+    writes_result,
     written_arguments,
 )
 from bridge.llm.textprompt import ResultRole, render_call, to_text_messages
@@ -152,6 +153,12 @@ class TextModeProvider:
             if parsed.tail and correct:
                 return dataclasses.replace(completion, correction=RESULT_CORRECTION)
             return _with_text_call(completion, parsed.without_tail())
+        if writes_result(completion.content):
+            # A result made up, or its marker alone ("[tool.result]"): the model is told once that
+            # results come from Bridge; after that it is no answer (the runner says the model gave none).
+            if correct:
+                return dataclasses.replace(completion, correction=RESULT_CORRECTION)
+            return dataclasses.replace(completion, content="")
         bare = bare_call(completion.content, allowed, echoes)
         if bare is not None:
             # Only a fenced block is a call, but this is close enough that the model is told how to

@@ -19,6 +19,8 @@ CALL_LABELS = frozenset({"json", "tool"})
 # A fence opens at the start of a line (after optional indentation) and closes on a line of its own,
 # so inline ``` in prose never starts a block. The body is matched lazily: the first closing fence ends it.
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w.-]*)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+# The protocol's result marker (textprompt.render_result), as a reply's first thing.
+_RESULT_MARK = re.compile(r"^\s*\[tool[._ ]result\b[^\]\n]*\]", re.IGNORECASE)
 TOOL_FENCE = re.compile(r"^[ \t]*```[ \t]*tool[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _SIGNATURE = re.compile(r"\s*\([^()]*\)\s*$")
@@ -192,6 +194,12 @@ def _as_call(body: str) -> tuple[str, str] | None:
     return name, json.dumps(arguments, ensure_ascii=False)
 
 
+def writes_result(text: str) -> bool:
+    """A reply that starts as a tool result does ([tool.result ...]): a small model making one up, or
+    writing the marker alone. Never an answer."""
+    return _RESULT_MARK.match(text) is not None
+
+
 def without_calls(text: str) -> str:
     """The text with everything call-shaped taken out, whatever tool it names: fenced call blocks, and
     a text that is nothing but a call object. For a run's last answer, asked for with no tools, which
@@ -204,6 +212,8 @@ def without_calls(text: str) -> str:
         or (match.group(1).lower() in CALL_LABELS and _as_call(match.group(2).strip()) is not None)
     ]
     rest = _without(text, spans)
+    if writes_result(rest):
+        return ""
     return "" if rest.startswith("{") and _as_call(rest) is not None else rest
 
 
