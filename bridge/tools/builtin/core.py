@@ -16,6 +16,8 @@ from bridge.tools.result import as_written
 
 LOAD_TOOL_GROUP = "load_tool_group"
 MEMORY_MAX_CHARS = 2_000
+# How many of the newest memories a new one is compared with.
+MEMORY_SCAN = 500
 SEARCH_SNIPPET_CHARS = 300
 
 
@@ -105,12 +107,23 @@ async def _search_history(args: SearchHistoryArgs, ctx: ToolContext) -> ToolResu
     return ToolResult.success({"query": args.query, "matches": matches})
 
 
+def _gist(text: str) -> str:
+    """A memory's words, without case, punctuation or spacing."""
+    return " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
+
+
 async def _save_memory(args: SaveMemoryArgs, ctx: ToolContext) -> ToolResult:
     # Its own code, not invalid_arguments: the model is to shorten it, not to fix a type.
     if len(args.content) > MEMORY_MAX_CHARS:
         return ToolResult.error(
             "too_long", f"A memory holds at most {MEMORY_MAX_CHARS} characters; save a shorter summary."
         )
+    # A fact already kept (whatever its case and punctuation) is not kept twice: a small model saves
+    # one over and over in slightly other words. An error, so the failure rule stops such a loop.
+    wanted = _gist(args.content)
+    for kept in await ctx.store.memories(ctx.session.key, MEMORY_SCAN):
+        if _gist(kept) == wanted:
+            return ToolResult.error("already_saved", f"That is already in memory: {kept}. Answer the user.")
     # Memories belong to the conversation place (the key), so they outlive /clear but never leak
     # into another user's chat.
     await ctx.store.add_memory(ctx.session.key, args.content)
