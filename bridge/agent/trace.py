@@ -178,6 +178,13 @@ def expand_trace(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+# How `bridge trace` says whose words an answer is, where they are not the model's.
+ANSWERED_FROM = {
+    "tool_result": "answered in Bridge's words: the last tool result, as the model gave no answer",
+    "rule": "answered with the loop rule's message: the model gave no answer and no tool succeeded",
+}
+
+
 def format_trace(text: str) -> str:
     """A stored trace as `bridge trace` prints it: a header, then one block per step."""
     data = expand_trace(json.loads(text))
@@ -195,6 +202,9 @@ def format_trace(text: str) -> str:
         lines.append(f"answered by the fallback profile {fell.get('profile')} ({fell.get('model')})")
     if data.get("stop_rule"):
         lines.append(f"stopped by loop rule {data['stop_rule']}")
+    said = ANSWERED_FROM.get(data.get("answered_from", "model"))
+    if said:
+        lines.append(said)
     for number, step in enumerate(data.get("steps", []), 1):
         if step["type"] == "model":
             request = step.get("request") or {}

@@ -358,8 +358,10 @@ async def test_the_trace_says_whose_words_a_cut_short_answer_is(
     fake_llm.push(call, call, last)
     async with running_bridge(tmp_path, fake_llm) as h:
         await h.say("time?")
-        _run, trace, _text = await _last_run(h)
+        _run, trace, text = await _last_run(h)
     assert trace["answered_from"] == source
+    # `bridge trace` says so where the words are Bridge's.
+    assert ("answered in Bridge's words" in format_trace(text)) is (source == "tool_result")
 
 
 async def test_an_empty_answer_after_a_tool_succeeded_is_what_the_tool_did_in_plain_words(
