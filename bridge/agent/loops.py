@@ -13,6 +13,7 @@ from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.textmode import without_calls
 from bridge.store.sqlite import dumps
 from bridge.tools.base import ToolResult
+from bridge.tools.builtin.core import LOAD_TOOL_GROUP
 
 # Which rule ended a run; recorded as `stop_rule` in its trace. max_iterations is the step cap.
 StopRule = Literal["repeated_call", "failure_streak", "unavailable_tools", "max_iterations"]
@@ -178,7 +179,7 @@ def in_words(messages: list[ChatMessage], plain: Plain) -> str:
     for message in reversed(messages):
         if _from_person(message):
             return ""
-        if message.role == "tool" and not message.content.startswith(("Error [", "Not run:")):
+        if _useful(message):
             name = message.name or "the tool"
             return plain(name, message.content) or _generic(name, message.content)
     return ""
@@ -226,7 +227,11 @@ def last_request(messages: list[ChatMessage], max_chars: int, shape: LastRequest
     results = [] if asked is None else [m for m in messages[asked + 1 :] if m.role == "tool"]
     if asked is None or not results:
         return [*messages, ChatMessage("user", FINAL_REQUEST)]
-    found = "".join(f"\n- {m.name}: {truncate(m.content, max_chars // 4)}" for m in results[-FINAL_RESULTS:])
+    # What answers the question, where there is any: a run stopped by three failed calls in a row
+    # would otherwise repeat only the failures, and the model answers about them (measured on the
+    # 1.5B: "You cannot send a message to yourself." for "list my sessions").
+    useful = [m for m in results if _useful(m)] or results
+    found = "".join(f"\n- {m.name}: {truncate(m.content, max_chars // 4)}" for m in useful[-FINAL_RESULTS:])
     # The instruction comes last: small models continue from the end, and echo a question put there.
     if shape == "question":
         question = messages[asked]
@@ -239,6 +244,16 @@ def _echoes_question(answer: str, messages: list[ChatMessage]) -> bool:
     """The answer only repeats the user's last message, as small models do when they have nothing."""
     asked = next((m.content for m in reversed(messages) if _from_person(m)), None)
     return asked is not None and " ".join(answer.split()).casefold() == " ".join(asked.split()).casefold()
+
+
+def _useful(message: ChatMessage) -> bool:
+    """A tool result that may answer something: it succeeded, and is not a group loaded (a step
+    towards an answer, never one)."""
+    return (
+        message.role == "tool"
+        and message.name != LOAD_TOOL_GROUP
+        and not message.content.startswith(("Error [", "Not run:"))
+    )
 
 
 def _from_person(message: ChatMessage) -> bool:

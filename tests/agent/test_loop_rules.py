@@ -388,6 +388,34 @@ async def test_an_empty_answer_with_nothing_done_says_the_model_gave_none(
     assert "answered_from" not in trace
 
 
+async def test_a_run_stopped_by_failures_asks_its_answer_from_what_succeeded_not_the_failures(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    bad = fake.tool_call("get_current_time", {"timezone": "Mars/Olympus"})
+    fake_llm.push(fake.tool_call("get_current_time", {"timezone": "UTC"}), bad, bad, bad, fake.text("Noon."))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("time?")
+        _run, trace, _text = await _last_run(h)
+    assert trace["stop_rule"] == "failure_streak"
+    last = str(fake_llm.requests[-1]["messages"][-1]["content"])
+    assert '"timezone": "UTC"' in last and "Error [" not in last
+
+
+async def test_a_group_loaded_is_never_the_answer_in_bridges_words(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    load = fake.tool_call("load_tool_group", {"group_name": "files"})
+    fake_llm.push(
+        load, fake.tool_call("write_file", {"path": "a.txt", "content": "hi"}), load, load, fake.text("")
+    )
+    async with running_bridge(tmp_path, fake_llm) as h:
+        await h.say("write hi to a.txt")
+        _run, trace, _text = await _last_run(h)
+    # The newest result is the group loaded again; what the run did is the file written.
+    assert h.sender.of("reply")[-1] == "Wrote 2 bytes to 'a.txt'."
+    assert trace["answered_from"] == "tool_result"
+
+
 async def test_with_nothing_in_hand_the_trace_says_the_rule_answered(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
