@@ -146,6 +146,9 @@ async def test_a_fact_already_in_memory_is_not_kept_twice_whatever_its_case_or_p
     again = await save_memory({"content": "My locker number is 4711."}, ctx)
     assert not again.ok and again.code == "already_saved"
     assert "already in memory: my locker number is 4711" in again.content
+    # Its own result passed back as the next fact, as the 0.5B model does.
+    echoed = await save_memory({"content": "Saved to memory: my locker number is 4711."}, ctx)
+    assert echoed.code == "already_saved"
     assert (await save_memory({"content": "my locker number is 4712"}, ctx)).ok
     assert await store.memories("telegram:dm:1", 10) == [
         "my locker number is 4711",

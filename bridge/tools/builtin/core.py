@@ -16,6 +16,8 @@ from bridge.tools.result import as_written
 
 LOAD_TOOL_GROUP = "load_tool_group"
 MEMORY_MAX_CHARS = 2_000
+# save_memory's result, as _gist spells it.
+SAVED_PREFIX = "saved to memory "
 # How many of the newest memories a new one is compared with.
 MEMORY_SCAN = 500
 SEARCH_SNIPPET_CHARS = 300
@@ -108,8 +110,10 @@ async def _search_history(args: SearchHistoryArgs, ctx: ToolContext) -> ToolResu
 
 
 def _gist(text: str) -> str:
-    """A memory's words, without case, punctuation or spacing."""
-    return " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
+    """A memory's words, without case, punctuation or spacing, or this tool's own result words (a
+    small model passes its result back as the next fact)."""
+    words = " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
+    return words.removeprefix(SAVED_PREFIX)
 
 
 async def _save_memory(args: SaveMemoryArgs, ctx: ToolContext) -> ToolResult:
@@ -127,10 +131,9 @@ async def _save_memory(args: SaveMemoryArgs, ctx: ToolContext) -> ToolResult:
     # Memories belong to the conversation place (the key), so they outlive /clear but never leak
     # into another user's chat.
     await ctx.store.add_memory(ctx.session.key, args.content)
-    return ToolResult.success(
-        f"Saved to memory: {args.content.strip().rstrip('.')}. It stays in later turns of this chat, "
-        "even after /clear."
-    )
+    # The fact and nothing more: the 0.5B model passed a longer result ("… It stays in later turns")
+    # back as the next fact, a new one each time; the fact alone comes back as a duplicate.
+    return ToolResult.success(f"Saved to memory: {args.content.strip().rstrip('.')}.")
 
 
 load_tool_group = typed_tool(
