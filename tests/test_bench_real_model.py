@@ -17,7 +17,8 @@ import pytest
 from bench import real_model, stream_latency
 from bench.__main__ import BENCHMARKS
 from bench.real_model import SCENARIOS, EvalConfig, evaluate, hour_pattern, is_call_shaped, run_scenario
-from bridge.agent.loops import FINAL_REQUEST
+from bench.real_model.scenarios import CHATS, NEWCOMER
+from bridge.agent.loops import FINAL_QUESTION, FINAL_REQUEST
 from devkit.fakes.loopback import closed_port
 from devkit.fakes.openai_server import FakeOpenAI, Reply, text, tool_call
 
@@ -74,6 +75,22 @@ PLAYS: dict[str, list[Step]] = {
         quoting("{}"),
     ],
     turn("mixed", 2): [tool_call("read_file", {"path": "todo.txt"}), quoting("{}")],
+    NEWCOMER["first-question"][0].text: [
+        tool_call("get_current_time", {"timezone": "Asia/Tokyo"}),
+        tool_call("get_current_time", {"timezone": "Asia/Tokyo"}),
+    ],
+    NEWCOMER["remember"][0].text: [tool_call("save_memory", {"content": "locker 4711"}), text("Saved.")],
+    NEWCOMER["remember"][2].text: [text("Your locker number is 4711.")],
+    NEWCOMER["write-read"][0].text: [
+        load("files"),
+        tool_call("write_file", {"path": "shopping.txt", "content": "eggs, flour, sugar"}),
+        text("Written."),
+    ],
+    NEWCOMER["write-read"][1].text: [
+        tool_call("read_file", {"path": "shopping.txt"}),
+        quoting("It says: {}"),
+    ],
+    NEWCOMER["no-tool"][0].text: [text("Paris.")],
 }
 
 
@@ -87,8 +104,11 @@ class Player:
     def __call__(self, body: dict[str, Any]) -> Reply:
         messages = body["messages"]
         last = max(i for i, m in enumerate(messages) if m["role"] == "user")
-        if messages[last]["content"].startswith(FINAL_REQUEST):
-            return text("Your session is main.")
+        asked = messages[last]["content"]
+        if asked.endswith((FINAL_REQUEST, FINAL_QUESTION)):
+            # A run's last request, in either shape: an answer from the results it repeats.
+            found = asked.partition("What the tools returned:")[2]
+            return text(f"From the results: {found[:300]}" if found else "Your session is main.")
         if messages[last]["content"] in stream_latency.PROMPTS:
             # The streaming-latency prompts, which are not chats.
             return text("A few sentences, as asked.")
@@ -172,14 +192,41 @@ def test_call_shaped_replies_are_told_from_answers(reply: str, shaped: bool) -> 
 
 
 async def test_every_scenario_runs_and_the_totals_add_up(model: FakeOpenAI) -> None:
-    data = await evaluate(model.base_url, "fake", ["native"], list(SCENARIOS), manage_server=False)
-    native = data["modes"]["native"]
-    assert [r["scenario"] for r in native["scenarios"]] == list(SCENARIOS)
+    data = await evaluate(model.base_url, "fake", ["native"], list(CHATS), manage_server=False)
+    [native] = data["runs"]
+    assert (native["model"], native["mode"], native["last_request"]) == ("fake", "native", "history")
+    assert [r["scenario"] for r in native["scenarios"]] == list(CHATS)
     total = native["totals"]
     assert (total["facts_found"], total["facts_expected"]) == (11, 11)
     assert (total["reloads"], total["not_loaded"], total["unknown_tool"], total["loop_stops"]) == (1, 1, 1, 1)
     assert total["call_replies"] == 0
     assert total["model_calls"] == sum(r["model_calls"] for r in native["scenarios"]) == 9 + 6 + 5 + 8
+
+
+async def test_the_newcomer_set_is_scored_by_question_in_each_last_request_shape(model: FakeOpenAI) -> None:
+    data = await evaluate(
+        model.base_url,
+        "fake",
+        ["native"],
+        list(NEWCOMER),
+        shapes=["history", "question"],
+        manage_server=False,
+    )
+    history, question = data["runs"]
+    assert (history["last_request"], question["last_request"]) == ("history", "question")
+    labels = ["time in Tokyo", "fact saved", "recalled after /clear", "file written", "file read back"]
+    for run in (history, question):
+        rows = {row["question"]: row for row in run["questions"]}
+        assert list(rows) == [*labels, "no tool needed"]
+        assert all(row["answered_right"] == row["repeats"] == 1 for row in rows.values())
+        # The repeated time call is stopped by the rule, and the last request gets the answer.
+        assert rows["time in Tokyo"]["rule_stopped"] == 1 and rows["time in Tokyo"]["model_calls_max"] == 3
+        assert rows["no tool needed"]["model_calls_max"] == 1
+    # This fake answers the folded question itself, and the history shape from its instruction; the
+    # "/clear" between saving and recalling is a command, which starts no run.
+    remember = next(r for r in question["scenarios"] if r["scenario"] == "remember")
+    assert [t["model_calls"] for t in remember["turns"]] == [2, 0, 1]
+    assert [t["answered_from"] for t in remember["turns"]] == ["model", None, "model"]
 
 
 async def test_a_server_that_does_not_answer_is_named() -> None:
@@ -222,7 +269,7 @@ async def test_python_m_bench_real_model_writes_its_json(model: FakeOpenAI, tmp_
     assert process.returncode == 0, out.decode()[-2000:]
     data = json.loads((tmp_path / "real_model.json").read_text())
     assert data["benchmark"] == "real_model" and data["machine"]["cpus"]
-    assert data["modes"]["native"]["totals"]["facts_found"] == 3
+    assert data["runs"][0]["totals"]["facts_found"] == 3
     assert "Real model fake, native tool calls" in out.decode()
     assert data["streaming"]["streamed"]["samples"] == 3
 
