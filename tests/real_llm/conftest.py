@@ -6,24 +6,25 @@ from collections.abc import Iterator
 
 import pytest
 
-from bridge.localmodel import LocalModel
+from bridge.localmodel import LocalModel, Running
 
 # Ports apart from the default, so a server a developer started by hand is left alone.
 PORTS = {"native": 18181, "text": 18182}
 
 
 @pytest.fixture(scope="session")
-def local_servers() -> Iterator[dict[str, str]]:
-    """Base URLs by tool mode. The build and the model are cached (BRIDGE_LOCAL_MODEL_DIR), so only the
-    first run on a machine builds; each mode's server gets a state folder of its own."""
+def local_servers() -> Iterator[dict[str, Running]]:
+    """The default model's servers by tool mode. The build and the model are cached
+    (BRIDGE_LOCAL_MODEL_DIR), so only the first run on a machine builds; each mode's server gets a
+    state folder of its own."""
     managers = []
-    urls = {}
+    servers = {}
     try:
         for mode, port in PORTS.items():
             manager = LocalModel(name=f"test-{mode}")
             managers.append(manager)
-            urls[mode] = manager.start(port=port, mode=mode).base_url  # type: ignore[arg-type]
-        yield urls
+            servers[mode] = manager.start(port=port, mode=mode)  # type: ignore[arg-type]
+        yield servers
     finally:
         for manager in managers:
             manager.stop()

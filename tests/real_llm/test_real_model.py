@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from bridge.app import Bridge
+from bridge.cli.serve import with_local_model
 from bridge.events import Inbound
-from bridge.localmodel import MODEL_ALIAS
+from bridge.localmodel import Running
 from bridge.store.base import MessageRow
 from tests.harness import OWNER, StreamingSender, make_settings
 
@@ -21,14 +22,16 @@ MODES = ["native", "text"]
 MAX_ITERATIONS = 6
 
 
-async def one_turn(tmp_path: Path, base_url: str, mode: str, text: str) -> dict[str, Any]:
-    """A whole Bridge on the real server; one message; what the store and the sender saw."""
+async def one_turn(tmp_path: Path, server: Running, text: str) -> dict[str, Any]:
+    """A whole Bridge on the real server, set up as `bridge chat` sets up the local model; one message;
+    what the store and the sender saw."""
     settings = make_settings(
         tmp_path,
-        base_url,
-        llm={"model": MODEL_ALIAS, "tool_mode": mode, "timeout_s": 180, "max_retries": 1, "temperature": 0},
-        agent={"max_iterations": MAX_ITERATIONS, "history_max_chars": 16_000, "run_timeout_s": 600},
+        server.base_url,
+        llm={"timeout_s": 180, "max_retries": 1, "temperature": 0},
+        agent={"max_iterations": MAX_ITERATIONS, "run_timeout_s": 600},
     )
+    settings = with_local_model(settings, server)
     # A surface that shows the answer as it streams: the tier runs with streaming on.
     sender = StreamingSender()
     async with Bridge(settings) as bridge:
@@ -85,12 +88,12 @@ def assert_ended_well(turn: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_the_newcomers_first_question_is_answered_in_plain_words(
-    tmp_path: Path, local_servers: dict[str, str], mode: str
+    tmp_path: Path, local_servers: dict[str, Running], mode: str
 ) -> None:
     """The question a new user asks first, as the README's first command leaves them. The 0.5B model
     calls get_current_time, and then may call it again rather than answer: whatever it does after,
     the user gets the time in plain words, never a call, raw JSON or the loop rule's message."""
-    turn = await one_turn(tmp_path, local_servers[mode], mode, "What time is it in Tokyo right now?")
+    turn = await one_turn(tmp_path, local_servers[mode], "What time is it in Tokyo right now?")
     [first, *_] = calls(turn["rows"], "get_current_time")
     assert first.tool_status == "success"
     assert sent_tool_messages(turn["trace"]), "the tool result never went back to the model"
@@ -102,12 +105,11 @@ async def test_the_newcomers_first_question_is_answered_in_plain_words(
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_asking_for_sessions_loads_the_sessions_group(
-    tmp_path: Path, local_servers: dict[str, str], mode: str
+    tmp_path: Path, local_servers: dict[str, Running], mode: str
 ) -> None:
     turn = await one_turn(
         tmp_path,
         local_servers[mode],
-        mode,
         "List my chat sessions. First load the sessions tool group with load_tool_group.",
     )
     loads = calls(turn["rows"], "load_tool_group")
