@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 from bridge.llm.base import TextSink
 
 # Where a call written in the text can begin: a fenced block (text mode's ```tool, a ```json call), or
 # the tags some chat templates leak (<tool_call>). A bare JSON object at the very start is held too.
 _MARKERS = ("```", "<tool_call")
 _OPENERS = ("{", "[")
+# An answer that is so far one word, or a word and an opening parenthesis: it may be a call written
+# as name(key: "value") (the 0.5B model in text mode), or a tool's bare name. Held until a second word
+# shows it is prose, or until the whole answer is read.
+_CALL_START = re.compile(r"`?[A-Za-z_][\w.:-]*`?(?:\s*\(.*)?", re.DOTALL)
 
 
 def shown_part(text: str) -> int:
     """How much of `text` (a streamed answer so far) may be shown: everything before the first place
     where a call may begin, including a marker only partly received ("``" at the end)."""
     stripped = text.lstrip()
-    if stripped.startswith(_OPENERS):
+    if stripped.startswith(_OPENERS) or _CALL_START.fullmatch(stripped):
         return 0
     end = len(text)
     for marker in _MARKERS:

@@ -144,6 +144,12 @@ async def test_stream_false_in_the_settings_sends_no_stream_request(fake_llm: Fa
         ("Calling <tool_c", "Calling "),
         ("Calling <tool_call>{", "Calling "),
         ("a < b and c", "a < b and c"),
+        ('get_current_time(timezone: "Asia/Tok', ""),
+        ('get_current_time(timezone: "Asia/Tokyo")get_current_time', ""),
+        ("get_current_time", ""),
+        ("Paris", ""),
+        ("Paris is the capital.", "Paris is the capital."),
+        ("f(x) is a function.", ""),
     ],
 )
 def test_text_is_shown_up_to_where_a_call_may_begin(text: str, shown: str) -> None:

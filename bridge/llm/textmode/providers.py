@@ -100,6 +100,12 @@ def _named(completion: Completion, name: str, allowed: Allowed, correction: str 
     return dataclasses.replace(completion, content="", tool_calls=(call,))
 
 
+def _spelled_out(text: str, name: str, allowed: Allowed) -> bool:
+    """Whether a name(...) reply gives arguments that can be read for sure, and not none."""
+    required = allowed.required(name)
+    return written_arguments(text, required[0] if len(required) == 1 else None) not in (None, "{}")
+
+
 def _text_name_correction(name: str, allowed: Allowed) -> str:
     # Required arguments are named as placeholders, so the block shows what the tool needs.
     arguments = json.dumps({key: f"<{key}>" for key in allowed.required(name)})
@@ -168,7 +174,11 @@ class TextModeProvider:
             return _with_text_call(completion, ParsedReply(bare, ""))
         name = bare_name(completion.content, allowed)
         if name is not None:
-            correction = _text_name_correction(name, allowed) if correct else None
+            # Written out with its arguments (name(key: "value")), read for sure, the call is plainly
+            # meant: it runs. Corrected first, the 0.5B model wrote the name alone next, and the
+            # arguments were lost (the time in UTC for "the time in Tokyo").
+            spelled = _spelled_out(completion.content, name, allowed)
+            correction = _text_name_correction(name, allowed) if correct and not spelled else None
             return _named(completion, name, allowed, correction)
         made_up = next((i.name for i in parsed.ignored if i.reason == "not_allowed"), None)
         if made_up is not None and TOOL_FENCE.search(completion.content):
@@ -226,7 +236,9 @@ class NativeModeProvider:
             return _with_text_call(completion, parsed)
         name = bare_name(completion.content, allowed)
         if name is not None:
-            correction = None if _corrected(messages) else NATIVE_NAME_CORRECTION.format(name=name)
+            spelled = _spelled_out(completion.content, name, allowed)
+            correct = not _corrected(messages) and not spelled
+            correction = NATIVE_NAME_CORRECTION.format(name=name) if correct else None
             return _named(completion, name, allowed, correction)
         return completion
 
