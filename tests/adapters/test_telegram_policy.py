@@ -382,9 +382,14 @@ async def open_group_session(r: PolicyRig, thread_id: int | None = None) -> None
 async def ask_the_other_chat(r: PolicyRig) -> str:
     """The owner asks main's agent to message the group's; wait for the relay and the whole exchange."""
     r.tg.dm(OWNER, "ask the other chat")
-    await r.tg.wait_for(lambda: any(t.startswith("Relayed: ") for t in texts_in(r.tg, OWNER)), 20)
+
+    def relayed() -> str | None:
+        # The relay streams in edits: its last piece is the result's closing brace.
+        return next((t for t in texts_in(r.tg, OWNER) if t.startswith("Relayed: ") and t.endswith("}")), None)
+
+    await r.tg.wait_for(lambda: relayed() is not None, 20)
     await asyncio.wait_for(r.bridge.a2a.idle(), 20)
-    return next(t for t in texts_in(r.tg, OWNER) if t.startswith("Relayed: "))
+    return relayed() or ""
 
 
 async def test_main_messages_a_group_and_the_announce_is_posted_there_once(
