@@ -142,3 +142,22 @@ async def test_start_refuses_a_model_it_does_not_know_and_names_the_ones_it_does
     )
     assert done.code == 2 and "qwen2.5-coder-1.5b" in done.stderr
     assert not (tmp_path / "venv").exists()
+
+
+async def test_chat_on_a_server_running_a_model_it_does_not_know_says_so_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    from bridge.localmodel import process_start
+    from tests.test_cli import write_config
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # What a newer version's `start --model` may leave behind; this process stands in for the server.
+    state = {"pid": os.getpid(), "port": 1, "mode": "native", "started": process_start(os.getpid())}
+    (cache / "server.json").write_text(json.dumps({**state, "model": "qwen9-huge"}))
+    config = write_config(tmp_path, None)
+    done = await bridge(
+        "chat", "--config", str(config), cwd=tmp_path, lines=(), BRIDGE_LOCAL_MODEL_DIR=str(cache)
+    )
+    assert_no_traceback(done)
+    assert done.code != 0 and "qwen9-huge" in done.stderr and "local-model list" in done.stderr

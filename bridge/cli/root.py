@@ -11,7 +11,7 @@ from pathlib import Path
 from bridge import __version__
 from bridge.cli.exits import fail
 from bridge.config.io import load_settings, resolve_config_path
-from bridge.errors import AdapterStartError, ConfigError, StoreError
+from bridge.errors import AdapterStartError, ConfigError, LocalModelError, StoreError
 from bridge.logs import setup_logging
 
 # The largest LIMIT SQLite takes; a larger --limit means "all of them" anyway.
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_config_path(args.config)
     try:
         return asyncio.run(chat(settings, path) if args.command == "chat" else run(settings, path))
-    except (AdapterStartError, ConfigError, StoreError) as exc:
+    # LocalModelError: `bridge chat` found a server running a model this version does not know.
+    except (AdapterStartError, ConfigError, LocalModelError, StoreError) as exc:
         return fail(exc, settings)
     except KeyboardInterrupt:
         return 130

@@ -92,18 +92,23 @@ def _named(completion: Completion, name: str, allowed: Allowed, correction: str 
     """
     if correction is not None:
         return dataclasses.replace(completion, correction=correction)
-    required = allowed.required(name)
-    arguments = written_arguments(completion.content, required[0] if len(required) == 1 else None)
-    if arguments is None or (arguments == "{}" and required):
+    arguments = _arguments_of(completion.content, name, allowed)
+    if arguments is None or (arguments == "{}" and allowed.required(name)):
         return dataclasses.replace(completion, content="", tool_calls=())
     call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
     return dataclasses.replace(completion, content="", tool_calls=(call,))
 
 
+def _arguments_of(text: str, name: str, allowed: Allowed) -> str | None:
+    """The arguments a name(...) reply writes out, as JSON (written_arguments); a lone value is the
+    tool's one required argument, if it has exactly one."""
+    required = allowed.required(name)
+    return written_arguments(text, required[0] if len(required) == 1 else None)
+
+
 def _spelled_out(text: str, name: str, allowed: Allowed) -> bool:
     """Whether a name(...) reply gives arguments that can be read for sure, and not none."""
-    required = allowed.required(name)
-    return written_arguments(text, required[0] if len(required) == 1 else None) not in (None, "{}")
+    return _arguments_of(text, name, allowed) not in (None, "{}")
 
 
 def _text_name_correction(name: str, allowed: Allowed) -> str:

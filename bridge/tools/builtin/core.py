@@ -16,8 +16,8 @@ from bridge.tools.result import as_written
 
 LOAD_TOOL_GROUP = "load_tool_group"
 MEMORY_MAX_CHARS = 2_000
-# save_memory's result, as _gist spells it.
-SAVED_PREFIX = "saved to memory "
+# save_memory's result starts with these words; a fact passed back with them is the same fact.
+SAVED = "Saved to memory"
 # How many of the newest memories a new one is compared with.
 MEMORY_SCAN = 500
 SEARCH_SNIPPET_CHARS = 300
@@ -109,11 +109,15 @@ async def _search_history(args: SearchHistoryArgs, ctx: ToolContext) -> ToolResu
     return ToolResult.success({"query": args.query, "matches": matches})
 
 
+def _words(text: str) -> str:
+    return " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
+
+
 def _gist(text: str) -> str:
     """A memory's words, without case, punctuation or spacing, or this tool's own result words (a
     small model passes its result back as the next fact)."""
-    words = " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
-    return words.removeprefix(SAVED_PREFIX)
+    words = _words(text)
+    return words.removeprefix(_words(SAVED) + " ")
 
 
 async def _save_memory(args: SaveMemoryArgs, ctx: ToolContext) -> ToolResult:
@@ -133,7 +137,7 @@ async def _save_memory(args: SaveMemoryArgs, ctx: ToolContext) -> ToolResult:
     await ctx.store.add_memory(ctx.session.key, args.content)
     # The fact and nothing more: the 0.5B model passed a longer result ("… It stays in later turns")
     # back as the next fact, a new one each time; the fact alone comes back as a duplicate.
-    return ToolResult.success(f"Saved to memory: {args.content.strip().rstrip('.')}.")
+    return ToolResult.success(f"{SAVED}: {args.content.strip().rstrip('.')}.")
 
 
 load_tool_group = typed_tool(
