@@ -42,6 +42,7 @@ from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
 from bridge.store.postgres import PostgresEngine, PostgresStore
 from bridge.tools.base import ToolGroup
+from bridge.tools.builtin.exec import sandbox_problem
 
 if TYPE_CHECKING:
     from bridge.gateway.sharing import WorkShare
@@ -181,6 +182,15 @@ class Bridge:
         return self._standby is not None and isinstance(self.store, PostgresStore)
 
     async def start(self) -> None:
+        if self.settings.tools.exec.enabled and (
+            problem := await asyncio.to_thread(sandbox_problem, self.settings.tools.exec)
+        ):
+            # The bot runs without it (the tools fail closed); this is the operator's one notice.
+            log.warning(
+                "tools.exec is enabled but commands cannot run: %s; run_command and run_python "
+                "refuse every call until that is fixed",
+                problem,
+            )
         await self.store.open()
         try:
             await self.pairing.load()

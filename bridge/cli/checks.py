@@ -26,10 +26,27 @@ def check_config(settings: Settings, path: Path | None) -> int:
     if missing := settings.llm.missing_keys():
         print("bridge: config error:\n" + "\n".join(missing), file=sys.stderr)
         return EXIT_CONFIG
+    if problem := tool_problem(settings):
+        print(f"bridge: config error:\n{problem}", file=sys.stderr)
+        return EXIT_CONFIG
     source = resolve_config_path(path)
     print(f"# effective config from {source or 'defaults'} and BRIDGE_* environment variables")
     print(render_settings(settings), end="")
     return 0
+
+
+def tool_problem(settings: Settings) -> str | None:
+    """Why an enabled tool that reaches outside cannot run here: `bridge run` starts anyway and the
+    tool refuses each call (fail closed), so this is where the operator hears why."""
+    from bridge.tools.builtin.exec import sandbox_problem, workspace_problem
+
+    if not settings.tools.exec.enabled:
+        return None
+    if problem := sandbox_problem(settings.tools.exec):
+        return f"tools.exec: enabled, but commands cannot run: {problem}"
+    if problem := workspace_problem(settings, Path(settings.tools.workspace)):
+        return f"tools.workspace: commands cannot run: {problem}"
+    return None
 
 
 async def explain_policy(settings: Settings, key: str, surface: str | None) -> int:

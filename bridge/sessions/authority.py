@@ -75,6 +75,13 @@ class Authority:
         return self.principal == "operator" or (self.principal == "owner" and self.chat == keys.MAIN)
 
     @property
+    def may_search_everywhere(self) -> bool:
+        """Search every chat's history and memories at once (search_history's scope "all"): whoever
+        sees all, so an owner in `main`, a task an owner made there, and the operator; never a run in
+        any other chat, an owner's there included."""
+        return self.sees_all
+
+    @property
     def may_approve_pairing(self) -> bool:
         """Approve a stranger's pairing code: an owner in their own DM (main), where nobody else reads
         the code, or the operator."""
@@ -109,6 +116,14 @@ class Authority:
         if self.person is not None and self.person == maker:
             return True
         return self.principal == "member" and self.person is not None and self.is_own_dm(self.chat)
+
+    @property
+    def may_run_code(self) -> bool:
+        """May run commands and programs (the `exec` group): an owner or the operator, and the runs
+        they cause. The sandbox keeps the code off Bridge's files, but the workspace it writes is
+        every chat's, and its CPU and memory are the bot's, so a member, a hook or a member's task
+        may not."""
+        return self.is_owner
 
     def is_own_dm(self, key: str) -> bool:
         """Whether `key` is the DM of the person this acts for (their own chat, shared with nobody)."""

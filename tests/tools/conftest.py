@@ -40,18 +40,22 @@ def make_ctx(workspace: Path) -> MakeContext:
 
     def make(**tools: Any) -> ToolContext:
         tools.setdefault("workspace", workspace)
-        return ToolContext(
-            settings=Settings(tools=tools),
-            # These tools never touch the store, registry or session.
-            store=None,  # type: ignore[arg-type]
-            registry=None,  # type: ignore[arg-type]
-            session=None,  # type: ignore[arg-type]
-            run_id="t",
-            authority=Authority("owner", "main"),
-            authorities=Authorities(()),
-        )
+        return context_of(Settings(tools=tools))
 
     return make
+
+
+def context_of(settings: Settings) -> ToolContext:
+    """A ToolContext of an owner in main, for tools that never touch the store, registry or session."""
+    return ToolContext(
+        settings=settings,
+        store=None,  # type: ignore[arg-type]
+        registry=None,  # type: ignore[arg-type]
+        session=None,  # type: ignore[arg-type]
+        run_id="t",
+        authority=Authority("owner", "main"),
+        authorities=Authorities(()),
+    )
 
 
 @pytest.fixture
