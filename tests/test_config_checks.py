@@ -125,6 +125,40 @@ async def test_check_config_rejects_unknown_disabled_names_and_accepts_known_one
     assert 'disabled = ["web", "write_file"]' in done.stdout
 
 
+# -- the tools that reach outside --------------------------------------------------------------
+
+
+async def test_check_config_says_why_enabled_commands_cannot_run(tmp_path: Path) -> None:
+    config = write(tmp_path, '[tools.exec]\nenabled = true\nbwrap = "/nonexistent/bwrap"\n')
+    done = await check(tmp_path, config)
+    assert done.code == 2, done.output
+    assert done.stderr.startswith("bridge: config error:\ntools.exec: enabled, but commands cannot run: ")
+    assert "/nonexistent/bwrap" in done.stderr
+
+
+async def test_check_config_refuses_commands_in_a_workspace_that_holds_the_database(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        f'[storage]\npath = "{tmp_path}/data/bridge.db"\n[tools]\nworkspace = "{tmp_path}/data"\n'
+        "[tools.exec]\nenabled = true\n",
+    )
+    done = await check(tmp_path, config)
+    assert done.code == 2, done.output
+    assert "tools.workspace: commands cannot run" in done.stderr
+    assert "holds Bridge's own files" in done.stderr
+
+
+async def test_check_config_names_the_search_keys_variable_never_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_BRAVE_KEY", "brave-secret-9931")
+    config = write(tmp_path, '[tools.web_search]\nprovider = "brave"\napi_key_env = "MY_BRAVE_KEY"\n')
+    done = await check(tmp_path, config)
+    assert done.code == 0, done.output
+    assert 'api_key_env = "MY_BRAVE_KEY"' in done.stdout
+    assert "brave-secret-9931" not in done.output
+
+
 # -- DM pairing ------------------------------------------------------------------------------
 
 

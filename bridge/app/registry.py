@@ -9,7 +9,9 @@ from bridge.config import Settings
 from bridge.errors import ConfigError, ManifestError, RegistryError
 from bridge.mcp.group import PREFIX_SEPARATOR, mcp_group
 from bridge.tools.base import ToolGroup
+from bridge.tools.builtin.browser import browser_group
 from bridge.tools.builtin.core import LOAD_TOOL_GROUP, core_tools
+from bridge.tools.builtin.exec import exec_group
 from bridge.tools.builtin.files import files_group
 from bridge.tools.builtin.sessions import sessions_group
 from bridge.tools.builtin.skills import LOAD_SKILL, load_skill
@@ -30,7 +32,14 @@ def build_registry(settings: Settings, extra_groups: tuple[ToolGroup, ...] = ())
     if LOAD_TOOL_GROUP in disabled:
         raise ConfigError(f"tools.disabled: {LOAD_TOOL_GROUP} cannot be disabled; groups need it")
     try:
-        groups = [sessions_group(), files_group(), web_group(), tasks_group(), *extra_groups]
+        groups = [sessions_group(), files_group(), web_group(settings.tools), tasks_group()]
+        # The tools that reach outside are registered only once configured: off, the model never
+        # hears of them, and `tools.disabled` may not name them.
+        if settings.tools.exec.enabled:
+            groups.append(exec_group(settings.tools.exec))
+        if settings.tools.browser.enabled:
+            groups.append(browser_group(settings))
+        groups += extra_groups
         groups += [load_manifest(path) for path in manifest_files(settings.tools.manifests)]
     except ManifestError as exc:
         raise ConfigError(f"tools.manifests: {exc}") from None

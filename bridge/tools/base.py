@@ -171,6 +171,8 @@ class ToolGroup:
     tools: tuple[Tool, ...]
     display_name: str = ""
     source: ToolSource | None = None
+    # What the group holds open between calls (a browser), closed when the registry closes.
+    closer: Callable[[], Awaitable[None]] | None = None
 
     @property
     def title(self) -> str:

@@ -147,9 +147,11 @@ class ToolRegistry:
             await asyncio.gather(*(_quietly(source.restore()) for source in waiting))
 
     async def aclose(self) -> None:
-        """Close every source (an MCP server's connection, its process ended)."""
+        """Close every source (an MCP server's connection, its process ended) and whatever a group
+        holds open (a browser)."""
         await asyncio.gather(
             *(g.source.aclose() for g in self._groups.values() if g.source is not None),
+            *(g.closer() for g in self._groups.values() if g.closer is not None),
             return_exceptions=True,
         )
 

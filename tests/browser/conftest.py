@@ -4,9 +4,7 @@ a real `bridge run` on the fake Bot API and the fake model; screenshots under te
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -21,6 +19,7 @@ from devkit.fakes.telegram_api import FakeTelegram
 from devkit.processes import bridge_running, telegram_run_config
 from tests.adapters.conftest import OWNER
 from tests.pg import free_port
+from tests.system import chromium_binary
 
 ARTIFACTS = Path(__file__).parent.parent / "artifacts"
 TOKEN = "browser-test-token-0123456789abcdef"
@@ -38,18 +37,6 @@ CHROMIUM_ARGS = [
     "--disable-quic",
     "--no-first-run",
 ]
-
-
-def chromium_binary() -> str:
-    """Debian's Chromium. `.ci/run` installs it and sets BRIDGE_REQUIRE_BROWSER, so a missing browser
-    fails CI; elsewhere these tests are skipped with the command that installs it."""
-    found = os.environ.get("BRIDGE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    message = "Debian's Chromium is not installed (apt-get install chromium)"
-    if os.environ.get("BRIDGE_REQUIRE_BROWSER"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 @pytest.fixture
