@@ -12,6 +12,7 @@ from typing import Any
 from bench import (
     http_throughput,
     memory,
+    memory_search,
     real_model,
     restore_cost,
     round_trips,
@@ -49,7 +50,7 @@ if __name__ == "__main__":
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the benchmarks still run")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
     # Not one of the benchmarks run by default: it needs a running model server, and takes minutes.
-    commands = parser.add_subparsers(dest="command", metavar="real-model")
+    commands = parser.add_subparsers(dest="command", metavar="real-model | memory-search")
     real_model.add_arguments(
         commands.add_parser(
             "real-model",
@@ -57,10 +58,20 @@ if __name__ == "__main__":
             description=real_model.__doc__,
         )
     )
+    # Nor this one: it writes a million messages first (minutes).
+    memory_search.add_arguments(
+        commands.add_parser(
+            "memory-search",
+            help="search_history's latency per scope at 1M messages",
+            description=memory_search.__doc__,
+        )
+    )
     args = parser.parse_args()
     # Every figure is taken on 127.0.0.1 or in process; a proxy must never sit in between.
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
     if args.command == "real-model":
         asyncio.run(real_model.main(args))
+    elif args.command == "memory-search":
+        memory_search.main(args)
     else:
         asyncio.run(main(args.only, args.smoke))

@@ -13,15 +13,20 @@ ROOT = Path(__file__).parent.parent
 NAMES = ["schema_tokens", "restore_cost", "throughput", "http_throughput", "memory", "round_trips", "scale"]
 
 
-def test_every_benchmark_runs_in_smoke_mode_and_writes_its_figures(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke"],
+def run(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` in the project, with the figures written to `results` and a bare environment."""
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "BRIDGE_BENCH_RESULTS": str(tmp_path), "NO_PROXY": "127.0.0.1"},
+        env={"PATH": "/usr/bin:/bin", "BRIDGE_BENCH_RESULTS": str(results), "NO_PROXY": "127.0.0.1"},
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_every_benchmark_runs_in_smoke_mode_and_writes_its_figures(tmp_path: Path) -> None:
+    done = run(tmp_path, "-m", "bench", "--smoke")
     assert done.returncode == 0, done.stderr[-3000:]
     for name in NAMES:
         data = json.loads((tmp_path / f"{name}.smoke.json").read_text())
@@ -55,14 +60,7 @@ runpy.run_module("bench", run_name="__main__", alter_sys=True)
     ],
 )
 def test_without_psycopg_the_postgresql_figures_are_skipped_with_a_note(tmp_path: Path, missing: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", WITHOUT, missing, "--smoke", "--only", "http_throughput", "scale"],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "BRIDGE_BENCH_RESULTS": str(tmp_path), "NO_PROXY": "127.0.0.1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run(tmp_path, "-c", WITHOUT, missing, "--smoke", "--only", "http_throughput", "scale")
     assert done.returncode == 0, done.stderr[-3000:]
     notes = [line for line in done.stdout.splitlines() if "PostgreSQL figures skipped" in line]
     assert len(notes) == 2 and all("pip install -e '.[bench,postgresql]'" in note for note in notes), notes
@@ -70,3 +68,15 @@ def test_without_psycopg_the_postgresql_figures_are_skipped_with_a_note(tmp_path
     for name in ("http_throughput", "scale"):
         data = json.loads((tmp_path / f"{name}.smoke.json").read_text())
         assert [r["store"] for r in data["results"]] == ["sqlite"]
+
+
+def test_the_memory_search_benchmark_runs_at_a_small_size_and_writes_its_figures(tmp_path: Path) -> None:
+    done = run(tmp_path, "-m", "bench", "memory-search", "--smoke")
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((tmp_path / "memory_search.smoke.json").read_text())
+    assert [(r["store"], r["scope"]) for r in data["results"]] == [
+        ("sqlite", "session"),
+        ("sqlite", "chat"),
+        ("sqlite", "all"),
+    ]
+    assert all(r["p99_ms"] >= r["p50_ms"] > 0 for r in data["results"])

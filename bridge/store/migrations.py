@@ -316,6 +316,83 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX hook_signatures_expiry ON hook_signatures (expires_at);
     """,
+    # 16: ranked full-text search (search_history): what was said in each session, and the memories
+    # saved under each key. Only user and assistant rows are indexed: tool calls never, and tool
+    # results neither (machine output: JSON, fetched pages and files, most of the text by size, and
+    # none of it said in the chat; the answer that used one is indexed). FTS5 tables without content
+    # of their own (the text stays in messages and memories): `place` holds the tokens a scope filters
+    # on, s<hex of the session id> and k<hex of the key>, one token each whatever the key's spelling. A
+    # row is taken out with the tokens it went in with, so the triggers compute them alike; a
+    # session's key never changes. The first 100,000 characters of a text are indexed, as on
+    # PostgreSQL (whose tsvector has a size limit). Tokens: runs of letters, digits and marks, in any
+    # script; case is folded, accents are kept.
+    """
+    CREATE VIRTUAL TABLE messages_search USING fts5 (
+        content, place, content = '',
+        tokenize = "unicode61 remove_diacritics 0 categories 'L* N* Co M*'"
+    );
+    CREATE TRIGGER messages_search_insert AFTER INSERT ON messages
+        WHEN new.kind IN ('user', 'assistant')
+    BEGIN
+        INSERT INTO messages_search (rowid, content, place)
+            SELECT new.id, substr(new.content, 1, 100000), 's' || hex(s.id) || ' k' || hex(s.key)
+            FROM sessions s WHERE s.id = new.session_id;
+    END;
+    -- A message deleted by itself (its session still there); a whole session's go before it does.
+    CREATE TRIGGER messages_search_delete AFTER DELETE ON messages
+        WHEN old.kind IN ('user', 'assistant')
+    BEGIN
+        INSERT INTO messages_search (messages_search, rowid, content, place)
+            SELECT 'delete', old.id, substr(old.content, 1, 100000), 's' || hex(s.id) || ' k' || hex(s.key)
+            FROM sessions s WHERE s.id = old.session_id;
+    END;
+    -- Before the row goes: ON DELETE CASCADE deletes the messages after their session, when the
+    -- trigger above can no longer read its key.
+    CREATE TRIGGER sessions_search_delete BEFORE DELETE ON sessions
+    BEGIN
+        INSERT INTO messages_search (messages_search, rowid, content, place)
+            SELECT 'delete', m.id, substr(m.content, 1, 100000), 's' || hex(old.id) || ' k' || hex(old.key)
+            FROM messages m WHERE m.session_id = old.id AND m.kind IN ('user', 'assistant');
+    END;
+    -- set_user_message: a message's text once its attachments were read.
+    CREATE TRIGGER messages_search_update AFTER UPDATE OF content ON messages
+        WHEN new.kind IN ('user', 'assistant')
+    BEGIN
+        INSERT INTO messages_search (messages_search, rowid, content, place)
+            SELECT 'delete', old.id, substr(old.content, 1, 100000), 's' || hex(s.id) || ' k' || hex(s.key)
+            FROM sessions s WHERE s.id = old.session_id;
+        INSERT INTO messages_search (rowid, content, place)
+            SELECT new.id, substr(new.content, 1, 100000), 's' || hex(s.id) || ' k' || hex(s.key)
+            FROM sessions s WHERE s.id = new.session_id;
+    END;
+    INSERT INTO messages_search (rowid, content, place)
+        SELECT m.id, substr(m.content, 1, 100000), 's' || hex(s.id) || ' k' || hex(s.key)
+        FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.kind IN ('user', 'assistant');
+
+    CREATE VIRTUAL TABLE memories_search USING fts5 (
+        content, place, content = '',
+        tokenize = "unicode61 remove_diacritics 0 categories 'L* N* Co M*'"
+    );
+    CREATE TRIGGER memories_search_insert AFTER INSERT ON memories
+    BEGIN
+        INSERT INTO memories_search (rowid, content, place)
+            VALUES (new.id, substr(new.content, 1, 100000), 'k' || hex(new.scope));
+    END;
+    CREATE TRIGGER memories_search_delete AFTER DELETE ON memories
+    BEGIN
+        INSERT INTO memories_search (memories_search, rowid, content, place)
+            VALUES ('delete', old.id, substr(old.content, 1, 100000), 'k' || hex(old.scope));
+    END;
+    CREATE TRIGGER memories_search_update AFTER UPDATE OF content, scope ON memories
+    BEGIN
+        INSERT INTO memories_search (memories_search, rowid, content, place)
+            VALUES ('delete', old.id, substr(old.content, 1, 100000), 'k' || hex(old.scope));
+        INSERT INTO memories_search (rowid, content, place)
+            VALUES (new.id, substr(new.content, 1, 100000), 'k' || hex(new.scope));
+    END;
+    INSERT INTO memories_search (rowid, content, place)
+        SELECT id, substr(content, 1, 100000), 'k' || hex(scope) FROM memories;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

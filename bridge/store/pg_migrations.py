@@ -299,4 +299,20 @@ PG_MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX hook_signatures_expiry ON hook_signatures (expires_at);
     """,
+    # 16: ranked full-text search (search_history) over user and assistant messages and memories
+    # (migrations.py says why not tool results): a stored tsvector, so ranking reads it rather than
+    # parsing each match again, on a GIN index. The 'simple' configuration (no stemming, no stop
+    # words) works for any language. The first 100,000 characters are indexed: a tsvector holds at
+    # most 1 MB, and a longer text must not make its message's insert fail. Adding a stored column
+    # computes it for the rows already there.
+    """
+    ALTER TABLE messages ADD COLUMN search tsvector GENERATED ALWAYS AS (
+        CASE WHEN kind IN ('user', 'assistant') THEN to_tsvector('simple', left(content, 100000)) END
+    ) STORED;
+    CREATE INDEX messages_search ON messages USING gin (search);
+    ALTER TABLE memories ADD COLUMN search tsvector GENERATED ALWAYS AS (
+        to_tsvector('simple', left(content, 100000))
+    ) STORED;
+    CREATE INDEX memories_search ON memories USING gin (search);
+    """,
 )

@@ -24,6 +24,7 @@ from bridge.store.cache import ActiveSessions
 from bridge.store.engine import Conn, Work
 from bridge.store.pg_dialect import PgConn
 from bridge.store.pg_migrations import PG_MIGRATIONS
+from bridge.store.search import TSVECTOR
 from bridge.store.tables import DatabaseStore
 
 if TYPE_CHECKING:
@@ -269,6 +270,8 @@ def _first_line(exc: BaseException) -> str:
 
 class PostgresStore(DatabaseStore):
     """The Store on a PostgreSQL server ([storage] url), shared by every worker started with it."""
+
+    search_dialect = TSVECTOR
 
     def __init__(self, url: str, *, pool_size: int = 10, sessions: ActiveSessions | None = None) -> None:
         self.url = url

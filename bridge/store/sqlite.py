@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bridge.store.cache import ActiveSessions
 from bridge.store.messages import dumps
+from bridge.store.search import FTS5
 from bridge.store.sessions import new_id
 from bridge.store.sqlite_engine import SQLiteEngine
 from bridge.store.tables import DatabaseStore
@@ -16,6 +17,8 @@ __all__ = ["SQLiteStore", "dumps", "new_id"]
 
 class SQLiteStore(DatabaseStore):
     """The Store in one SQLite file."""
+
+    search_dialect = FTS5
 
     def __init__(self, path: Path | str, *, sessions: ActiveSessions | None = None) -> None:
         self.path = Path(path)

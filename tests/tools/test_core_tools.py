@@ -83,9 +83,11 @@ async def test_search_history_finds_only_this_sessions_messages(
 
     data = payload(await search_history({"query": "  banana "}, ctx))
     assert data["query"] == "banana"
+    assert data["scope"] == "session"
+    # Ranked: the shorter text holding the word once comes first (newest first only among equals).
     assert [(m["role"], m["text"]) for m in data["matches"]] == [
-        ("assistant", "Banana bread needs ripe bananas"),
         ("user", "my banana bread recipe"),
+        ("assistant", "Banana bread needs ripe bananas"),
     ]
     assert all("secret" not in m["text"] for m in data["matches"])
 

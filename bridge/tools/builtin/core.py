@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field
 
 from bridge.errors import ToolSourceError
+from bridge.store.search import SearchHit, search_terms
 from bridge.tools.arguments import Arguments, Count, Text, typed_tool
 from bridge.tools.base import Tool, ToolContext, ToolResult
 from bridge.tools.result import as_written
@@ -35,9 +37,17 @@ class GetCurrentTimeArgs(Arguments):
     timezone: str = Field("", description="IANA time zone, e.g. 'Europe/Berlin'")
 
 
+SearchScope = Literal["session", "chat", "all"]
+
+
 class SearchHistoryArgs(Arguments):
-    query: Text = Field(description="Text to look for")
+    query: Text = Field(description="Words to look for (all must appear; end a word with * for a prefix)")
     limit: Annotated[int, Count(high=50)] = Field(10, description="Maximum matches (default 10, max 50)")
+    scope: SearchScope = Field(
+        "session",
+        description="session: this conversation; chat: every conversation in this chat, before /clear "
+        "too; all: every chat (owners' main chat only)",
+    )
 
 
 class SaveMemoryArgs(Arguments):
@@ -96,17 +106,49 @@ async def _get_current_time(args: GetCurrentTimeArgs, ctx: ToolContext) -> ToolR
 
 
 async def _search_history(args: SearchHistoryArgs, ctx: ToolContext) -> ToolResult:
-    rows = await ctx.store.search_messages(ctx.session.id, args.query, args.limit)
-    matches = [
-        {
-            "id": row.id,
-            "role": row.role,
-            "at": datetime.fromtimestamp(row.created_at, UTC).isoformat(timespec="seconds"),
-            "text": row.content[:SEARCH_SNIPPET_CHARS],
-        }
-        for row in rows
-    ]
-    return ToolResult.success({"query": args.query, "matches": matches})
+    # The run's authority decides, never the key: scope "all" reads every chat (and its memories).
+    if args.scope == "all" and not ctx.authority.may_search_everywhere:
+        return ToolResult.error(
+            "not_allowed",
+            "scope 'all' searches every chat and is only for the owners' main chat; here use "
+            "scope 'session' (this conversation) or 'chat' (every conversation in this chat).",
+        )
+    terms = search_terms(args.query)
+    if not terms:
+        return ToolResult.error(
+            "invalid_query", "The query has no words to search for; give words or numbers, e.g. 'dentist'."
+        )
+    session = ctx.session
+    hits = await ctx.store.search_history(
+        args.query,
+        limit=args.limit,
+        session_id=session.id if args.scope == "session" else None,
+        key=None if args.scope == "all" else session.key,
+    )
+    words = re.compile("|".join(re.escape(term.word) for term in terms), re.IGNORECASE)
+    matches = [_match(hit, words) for hit in hits]
+    # The words searched for, not the text sent: what a 10 KB paste or a quoted phrase came to.
+    searched = " ".join(term.word + ("*" if term.prefix else "") for term in terms)
+    return ToolResult.success({"query": searched, "scope": args.scope, "matches": matches})
+
+
+def _match(hit: SearchHit, words: re.Pattern[str]) -> dict[str, object]:
+    match: dict[str, object] = {"kind": hit.kind, "id": hit.id, "session_key": hit.key}
+    if hit.role is not None:
+        match["role"] = hit.role
+    match["at"] = datetime.fromtimestamp(hit.created_at, UTC).isoformat(timespec="seconds")
+    match["text"] = _snippet(hit.content, words)
+    return match
+
+
+def _snippet(text: str, words: re.Pattern[str]) -> str:
+    """At most SEARCH_SNIPPET_CHARS of `text`, around the first word the query asked for."""
+    if len(text) <= SEARCH_SNIPPET_CHARS:
+        return text
+    first = words.search(text)
+    start = max(0, first.start() - SEARCH_SNIPPET_CHARS // 3) if first else 0
+    end = start + SEARCH_SNIPPET_CHARS
+    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
 
 
 def _words(text: str) -> str:
@@ -177,7 +219,9 @@ get_current_time = typed_tool(
 )
 search_history = typed_tool(
     "search_history",
-    "Search the messages of this conversation for a word or phrase.",
+    "Search what was said (and saved memories) for words, best matches first. scope: 'session' (this "
+    "conversation, default), 'chat' (this chat's earlier conversations too, before /clear), 'all' "
+    "(every chat; owners' main chat only).",
     SearchHistoryArgs,
     _search_history,
 )
