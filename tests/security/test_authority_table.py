@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from bridge.app.registry import build_registry
 from bridge.config import Settings
@@ -25,10 +26,17 @@ from bridge.gateway.commands import COMMANDS
 from bridge.sessions.authority import Authority
 from bridge.store.base import SessionMeta, SessionRow
 from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolResult
+from devkit.fakes.loopback import LoopbackServer
 from devkit.fakes.openai_server import FakeOpenAI
 from tests.harness import OWNER, Harness, running_bridge
 
 SECRET = "the owner's secret 4411"
+# [tools] with every tool that is off by default turned on, so each must have its row.
+EVERY_TOOL: dict[str, Any] = {
+    "web_search": {"provider": "searxng", "base_url": "http://127.0.0.1:9"},
+    "exec": {"enabled": True},
+    "browser": {"enabled": True},
+}
 OWNER_ID = f"test:{OWNER}"
 GROUP = "test:group:g1"
 TOPIC = "test:group:g1:topic:7"
@@ -44,6 +52,21 @@ ROUTES: dict[str, tuple[ChatType, str, str | None]] = {
     CHANNEL: ("channel", "c5", None),
     OTHER: ("group", "g2", None),
 }
+
+
+class SecretPage(LoopbackServer):
+    """A page that shows the owner's secret, with a field and a link, as another chat's run opened it."""
+
+    def routes(self, app: web.Application) -> None:
+        async def page(request: web.Request) -> web.Response:
+            body = f"<title>{SECRET}</title><p>{SECRET}</p><input name=q><a href='/secret'>{SECRET}</a>"
+            return web.Response(text=body, content_type="text/html")
+
+        app.router.add_get("/secret", page)
+
+
+# Started by the `bot` fixture for each test (the browser's tests need [tools] allow_private_network).
+PAGES = SecretPage()
 
 # -- the kinds of run ----------------------------------------------------------------------------
 
@@ -85,6 +108,8 @@ KINDS: dict[str, Kind] = {
 }
 EVERYONE = frozenset(KINDS)
 SEES_ALL = frozenset({"main", "owner_task"})
+# Owners wherever they are, and the runs they cause (their tasks, their agents' requests).
+OWNERS_AND_THEIRS = frozenset({"main", "owner_in_group", "owner_task", "agent"})
 
 # -- the probes ----------------------------------------------------------------------------------
 
@@ -151,6 +176,21 @@ async def finds_mains_words(h: Harness, ctx: ToolContext) -> bool:
     return SECRET in (await call(ctx, "search_history", {"query": "secret"})).content
 
 
+async def finds_another_chats_words_everywhere(h: Harness, ctx: ToolContext) -> bool:
+    result = await call(ctx, "search_history", {"query": "another group", "scope": "all"})
+    # Refused out loud, never answered from a narrower scope instead.
+    assert result.ok or result.code == "not_allowed", result.content
+    return "another group's words" in result.content
+
+
+async def finds_another_chats_words_in_its_chat(h: Harness, ctx: ToolContext) -> bool:
+    found = ""
+    for query in ("another group", "secret"):
+        found += (await call(ctx, "search_history", {"query": query, "scope": "chat"})).content
+    # main's own words are main's to find; any other chat's, or main's from elsewhere, are not.
+    return "another group's words" in found or (SECRET in found and ctx.session.key != "main")
+
+
 async def writes_mains_memory(h: Harness, ctx: ToolContext) -> bool:
     await call(ctx, "save_memory", {"content": "planted by a run"})
     return any("planted" in m for m in await h.bridge.store.memories("main", 50))
@@ -169,6 +209,31 @@ async def sends_file_to_another_chat(h: Harness, ctx: ToolContext) -> bool:
     # A chat's run sends it to its own chat (checked, so the probe can see a send at all).
     assert result.ok == bool(sent), (result, sent)
     return any(item.session_key != ctx.session.key for item in sent)
+
+
+async def runs_a_command(h: Harness, ctx: ToolContext) -> bool:
+    result = await call(ctx, "run_command", {"command": "echo ran-in-the-sandbox"})
+    # Refused or not, never for another reason: the sandbox works where this table runs.
+    assert result.ok or result.code == "not_allowed", result.content
+    return result.ok and "ran-in-the-sandbox" in result.content
+
+
+async def runs_python(h: Harness, ctx: ToolContext) -> bool:
+    result = await call(ctx, "run_python", {"code": "print(6 * 7)"})
+    assert result.ok or result.code == "not_allowed", result.content
+    return result.ok and "42" in result.content
+
+
+async def sees_another_chats_page(h: Harness, ctx: ToolContext) -> bool:
+    """Another group's run has a page open that shows the owner's secret; can this run read it?"""
+    other = await h.bridge.store.ensure_active_session(OTHER)
+    opener = replace(ctx, session=other, authority=h.bridge.authorities.for_chat(OTHER, "test:dave"))
+    opened = await call(opener, "open", {"url": f"{PAGES.origin}/secret"})
+    assert opened.ok, opened.content
+    looked = [await call(ctx, name, {}) for name in ("snapshot", "screenshot")]
+    clicked = await call(ctx, "click", {"n": 1})
+    typed = await call(ctx, "type", {"n": 1, "text": "x"})
+    return any(SECRET in r.content for r in (*looked, clicked, typed))
 
 
 # Probe → the kinds it must get through for; every other kind must be refused.
@@ -190,8 +255,16 @@ TOOL_TABLE: dict[str, tuple[Probe, frozenset[str]]] = {
         frozenset({"main", "owner_task", "owner_in_group", "agent"}),
     ),
     "search_history finds main's words": (finds_mains_words, frozenset({"main"})),
+    "search_history scope=all finds another chat's words": (finds_another_chats_words_everywhere, SEES_ALL),
+    "search_history scope=chat finds another chat's words": (
+        finds_another_chats_words_in_its_chat,
+        frozenset(),
+    ),
     "save_memory writes main's memory": (writes_mains_memory, frozenset({"main"})),
     "send_file reaches another chat": (sends_file_to_another_chat, frozenset()),
+    "run_command runs a command": (runs_a_command, OWNERS_AND_THEIRS),
+    "run_python runs code": (runs_python, OWNERS_AND_THEIRS),
+    "the browser shows another chat's page": (sees_another_chats_page, frozenset()),
 }
 
 # Which cells each tool is probed by. A tool whose row is a reason instead cannot name or reach another
@@ -212,7 +285,11 @@ TOOL_ROWS: dict[str, tuple[str, ...] | str] = {
     ),
     "list_tasks": ("list_tasks shows main's tasks",),
     "cancel_task": ("cancel_task cancels another member's task",),
-    "search_history": ("search_history finds main's words",),
+    "search_history": (
+        "search_history finds main's words",
+        "search_history scope=all finds another chat's words",
+        "search_history scope=chat finds another chat's words",
+    ),
     "save_memory": ("save_memory writes main's memory",),
     "send_file": ("send_file reaches another chat",),
     "load_tool_group": "loads tool schemas into the run; names no chat",
@@ -222,6 +299,17 @@ TOOL_ROWS: dict[str, tuple[str, ...] | str] = {
     "write_file": "the workspace only (tests/tools/test_files.py tries to escape it)",
     "list_files": "the workspace only (tests/tools/test_files.py tries to escape it)",
     "webfetch": "public web pages only (the SSRF guard, tests/tools/test_web.py)",
+    "web_search": "asks the operator's search provider; names no chat (tests/tools/test_web_search.py)",
+    # The sandbox's escapes (config, database, network, symlinks, fork bombs) are tests/tools/test_exec.py.
+    "run_command": ("run_command runs a command",),
+    "run_python": ("run_python runs code",),
+    # Public pages only, every request through the SSRF guard (tests/tools/test_browser.py); here, that
+    # a session's browser context is its own.
+    "open": ("the browser shows another chat's page",),
+    "snapshot": ("the browser shows another chat's page",),
+    "click": ("the browser shows another chat's page",),
+    "type": ("the browser shows another chat's page",),
+    "screenshot": ("the browser shows another chat's page",),
 }
 
 # -- the commands --------------------------------------------------------------------------------
@@ -297,7 +385,13 @@ COMMAND_ROWS: dict[str, tuple[str, ...] | str] = {
 @pytest.fixture
 async def bot(tmp_path: Path) -> AsyncIterator[Harness]:
     profiles = {"profiles": {"cheap": {"model": "cheap-model"}}}
-    async with FakeOpenAI() as llm, running_bridge(tmp_path, llm, llm=profiles) as h:
+    # The tools that reach outside, on: a page of the test's own on loopback is what the browser opens.
+    tools = {**EVERY_TOOL, "workspace": str(tmp_path / "workspace"), "allow_private_network": True}
+    async with (
+        FakeOpenAI() as llm,
+        PAGES,
+        running_bridge(tmp_path, llm, llm=profiles, tools=tools) as h,
+    ):
         store = h.bridge.store
         # Every chat where people could have written, with its address, so a file or answer could go.
         for key, (chat_type, chat_id, thread) in ROUTES.items():
@@ -375,7 +469,8 @@ def test_every_tool_and_command_has_a_row(tmp_path: Path) -> None:
     skills = tmp_path / "skills" / "one"
     skills.mkdir(parents=True)
     (skills / "SKILL.md").write_text("---\nname: one\ndescription: a skill\n---\nDo it.\n", encoding="utf-8")
-    registry = build_registry(Settings(skills={"paths": [str(tmp_path / "skills")]}))
+    # Every tool there can be, the ones that reach outside (off by default) enabled.
+    registry = build_registry(Settings(skills={"paths": [str(tmp_path / "skills")]}, tools=EVERY_TOOL))
     names = {t.name for t in registry.core_tools()} | {t.name for g in registry.groups() for t in g.tools}
     missing = sorted(names - set(TOOL_ROWS))
     assert not missing, f"tools without a row in the hostile-member table: {missing}"
