@@ -30,6 +30,11 @@ MIN_PREFIX_CHARS = 4
 # query of such words 90 ms. With the newest 5,000, whole-word queries took 9 ms at p99 at 1M
 # messages, every chat searched (bench/memory_search.py, 2 cores); prefix queries make the tail.
 RANKED_MATCHES = 5_000
+# PostgreSQL's window is smaller: its matches are fetched from the messages heap (the tsvector lives
+# there), and for a word in 1-2% of 1M messages it took 70-100 ms at p99 to rank the newest 5,000
+# with every chat searched, 27 ms the newest 1,000 (2 cores; the planner also walks the primary key
+# backwards more often under the smaller LIMIT).
+TSVECTOR_RANKED_MATCHES = 1_000
 # Token characters, as the FTS5 tokenizer's `categories` names them (migration 16).
 _WORD_CATEGORIES = ("L", "N", "M", "Co")
 
@@ -179,14 +184,14 @@ class TsvectorSearch:
             where, params = "", {}
         rows = conn.execute(
             f"SELECT {_MESSAGE_HIT_COLS} FROM ("
-            # Ranked above the LIMIT, so ts_rank runs on the newest RANKED_MATCHES rows only.
+            # Ranked above the LIMIT, so ts_rank runs on the newest TSVECTOR_RANKED_MATCHES rows only.
             "SELECT id, ts_rank(search, to_tsquery('simple', :query), 1) AS score FROM ("
             "SELECT id, search FROM messages WHERE search @@ to_tsquery('simple', :query)"
             f"{where} ORDER BY id DESC LIMIT :ranked"
             ") AS newest ORDER BY score DESC, id DESC LIMIT :limit"
             ") AS hit JOIN messages m ON m.id = hit.id JOIN sessions s ON s.id = m.session_id "
             "ORDER BY hit.score DESC, hit.id DESC",
-            {"query": _tsquery(terms), "ranked": RANKED_MATCHES, "limit": limit, **params},
+            {"query": _tsquery(terms), "ranked": TSVECTOR_RANKED_MATCHES, "limit": limit, **params},
         ).fetchall()
         return [_message(row) for row in rows]
 

@@ -14,7 +14,14 @@ from bridge.store.base import SessionRow, ToolExchange
 from bridge.store.migrations import MIGRATIONS
 from bridge.store.pg_migrations import PG_MIGRATIONS
 from bridge.store.postgres import PostgresStore
-from bridge.store.search import MAX_TERMS, RANKED_MATCHES, SearchHit, Term, search_terms
+from bridge.store.search import (
+    MAX_TERMS,
+    RANKED_MATCHES,
+    TSVECTOR_RANKED_MATCHES,
+    SearchHit,
+    Term,
+    search_terms,
+)
 from bridge.store.sqlite import SQLiteStore
 from bridge.store.tables import DatabaseStore
 from tests.pg import PostgresServer
@@ -139,11 +146,12 @@ async def test_a_common_word_ranks_among_its_newest_matches(
     from bridge.store import search as search_module
 
     monkeypatch.setattr(search_module, "RANKED_MATCHES", 3)
+    monkeypatch.setattr(search_module, "TSVECTOR_RANKED_MATCHES", 3)
     await store.add_user_message(session.id, "tea")  # the best match, but older than the newest three
     for i in range(5):
         await store.add_user_message(session.id, f"tea with milk and honey {i}")
     assert await found(store, "tea", limit=10) == [f"tea with milk and honey {i}" for i in (4, 3, 2)]
-    assert RANKED_MATCHES >= 1_000
+    assert min(RANKED_MATCHES, TSVECTOR_RANKED_MATCHES) >= 1_000
 
 
 # --------------------------------------------------------------------------------------------- scopes
