@@ -20,7 +20,7 @@ from discord.http import Route as DiscordRoute
 from adapters import discord_media
 from bridge.config import Settings
 from bridge.config.platforms import DiscordSettings
-from bridge.errors import AdapterStartError, IntakeUnavailable
+from bridge.errors import AdapterStartError, DeliveryRefused, IntakeUnavailable
 from bridge.events import Attachment, ChatType, Inbound, InboundHandler, Outbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.platform import Adapter
@@ -292,17 +292,21 @@ class DiscordAdapter(Adapter):
                 extra["file"] = file()
             return channel.send(chunk, nonce=nonce, allowed_mentions=discord.AllowedMentions.none(), **extra)
 
-        return await with_retries(
-            attempt,
-            what="Discord: send",
-            log=log,
-            classify=_send_verdict,
-            backoff=SEND_BACKOFF,
-            # The nonce makes a repeat of a send that did arrive harmless.
-            safe_to_resend=True,
-            level=logging.INFO,
-            sleep=self._sleep,
-        )
+        try:
+            return await with_retries(
+                attempt,
+                what="Discord: send",
+                log=log,
+                classify=_send_verdict,
+                backoff=SEND_BACKOFF,
+                # The nonce makes a repeat of a send that did arrive harmless.
+                safe_to_resend=True,
+                level=logging.INFO,
+                sleep=self._sleep,
+            )
+        except (discord.Forbidden, discord.NotFound) as exc:
+            # No access to the channel, DMs closed, the channel deleted: final, and the chat's doing.
+            raise DeliveryRefused(str(exc)) from exc
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """An Inbound attachment's bytes from Discord's CDN; MediaError when it can't."""

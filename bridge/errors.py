@@ -13,6 +13,7 @@
     │   ├── MediaError               an attachment could not be fetched or read (bridge.media.intake)
     │   ├── AdapterStartError        an adapter could not start: bad token, unreachable API
     │   ├── AdapterLifecycleError    an adapter used out of order: started twice, sent to after stop
+    │   ├── DeliveryRefused          the platform refused a chat for good: blocked, removed, no such chat
     │   └── Unsupported              an optional operation the platform lacks (bridge.platform)
     ├── ToolError                    a tool could not do what was asked; the model gets it as a result
     │   ├── ToolSourceError          an MCP server could not be reached or broke (bridge.mcp.connection)
@@ -81,10 +82,12 @@ class IntakeUnavailable(StoreError):
 
 
 class ProviderError(BridgeError):
-    """A model request that failed for good; `message` is fit to show the user, `detail` is for the trace.
+    """A model request that failed for good; `user_message` is what the chat is told, `message` and
+    `detail` are for the log and the trace.
 
-    `message` carries at most a one-line summary of what the server said; `detail` holds its whole
-    answer (or the connection error), with the configured secrets masked, for `bridge trace`.
+    `user_message` never holds the server's own words (by default it is `message`); `message` carries
+    at most a one-line summary of what the server said; `detail` holds its whole answer (or the
+    connection error), with the configured secrets masked, for `bridge trace`.
     """
 
     def __init__(
@@ -95,8 +98,9 @@ class ProviderError(BridgeError):
         status: int | None = None,
         detail: str = "",
         remedy: str | None = None,
+        user_message: str | None = None,
     ) -> None:
-        super().__init__(message, user_message=message, remedy=remedy)
+        super().__init__(message, user_message=user_message or message, remedy=remedy)
         self.message = message
         self.retryable = retryable
         self.status = status
@@ -127,6 +131,12 @@ class AdapterLifecycleError(PlatformError):
     """An adapter was used out of order: started twice, started after stop, or sent to after stop."""
 
     remedy: str | None = "this is a bug in the caller; see the lifecycle in adapters/base.py"
+
+
+class DeliveryRefused(PlatformError):
+    """The platform refused to deliver to a chat, for good: the user blocked the bot, the bot was
+    removed or lacks the right to write there, the chat does not exist. Sending again won't help; the
+    courier marks the row failed with `str()` (the platform's reason, once) and logs one WARNING."""
 
 
 class Unsupported(PlatformError):

@@ -25,7 +25,7 @@ from telegram.request import HTTPXRequest
 from adapters.telegram import media as telegram_media
 from adapters.telegram.format import to_telegram_html
 from adapters.telegram.media import attachments_of
-from adapters.telegram.retrying import SEND_BACKOFF, classify
+from adapters.telegram.retrying import SEND_BACKOFF, classify, refusals
 from adapters.telegram.updates import (
     ALLOWED_UPDATES,
     Intake,
@@ -300,7 +300,8 @@ class TelegramAdapter(Adapter):
         # A piece from split() is one message; a longer text is still split here, as a safety net.
         for index, (html, plain) in enumerate(self._chunks(item.kind, item.text)):
             reply_to = item.route.reply_to if index == 0 else None
-            message = await self._send_chunk(chat_id, html, plain, reply_to, params)
+            with refusals():
+                message = await self._send_chunk(chat_id, html, plain, reply_to, params)
             ids.append(message.message_id)
         if not ids:
             return None
@@ -388,15 +389,16 @@ class TelegramAdapter(Adapter):
                 message_id=int(item.route.reply_to), allow_sending_without_reply=True
             )
         fits = utf16_len(item.text) <= telegram_media.CAPTION_LIMIT
-        sent = await self._retrying(
-            lambda: telegram_media.send_file(self.bot, chat_id, file, item.text if fits else "", params),
-            what="send a file",
-            idempotent=False,
-        )
-        if not fits:
-            params.pop("reply_parameters", None)
-            for html, plain in self._chunks("notice", item.text):
-                sent = await self._send_chunk(chat_id, html, plain, None, params)
+        with refusals():
+            sent = await self._retrying(
+                lambda: telegram_media.send_file(self.bot, chat_id, file, item.text if fits else "", params),
+                what="send a file",
+                idempotent=False,
+            )
+            if not fits:
+                params.pop("reply_parameters", None)
+                for html, plain in self._chunks("notice", item.text):
+                    sent = await self._send_chunk(chat_id, html, plain, None, params)
         return str(sent.message_id)
 
     async def edit_reply(self, route: Route, message_id: str, text: str) -> None:
@@ -425,7 +427,8 @@ class TelegramAdapter(Adapter):
                 if "not modified" not in str(exc).lower():
                     raise
 
-        await self._retrying(call, what="edit", idempotent=True)
+        with refusals():
+            await self._retrying(call, what="edit", idempotent=True)
 
     async def edit(self, route: Route, message_id: str, text: str) -> None:
         text = _tail(text, TEXT_LIMIT)

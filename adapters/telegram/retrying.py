@@ -4,12 +4,15 @@ network is retried, except a send that may have reached Telegram (never sent twi
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import httpx
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.warnings import PTBDeprecationWarning
 
+from bridge.errors import DeliveryRefused
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after
 
 MAX_ATTEMPTS = 5
@@ -19,6 +22,8 @@ RETRY_AFTER_CAP_S = 120.0
 SEND_BACKOFF = Backoff(
     attempts=MAX_ATTEMPTS, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, retry_after_cap=RETRY_AFTER_CAP_S
 )
+# Bad Requests that refuse the chat itself, not the message: no such chat, no right to write there.
+CHAT_REFUSALS = ("chat not found", "have no rights", "not enough rights", "chat_write_forbidden")
 
 
 def _retry_after_s(exc: RetryAfter) -> float:
@@ -44,3 +49,17 @@ def classify(exc: BaseException) -> Verdict:
     if isinstance(exc, TimedOut):
         return Verdict(True, may_have_arrived=not _surely_unsent(exc))
     return RETRY if isinstance(exc, NetworkError) else GIVE_UP
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """Telegram's final refusals of a chat (the user blocked the bot, it was removed from the group, no
+    such chat) as the core's DeliveryRefused, with Telegram's reason once: a WARNING, not a traceback."""
+    try:
+        yield
+    except Forbidden as exc:
+        raise DeliveryRefused(exc.message) from exc
+    except BadRequest as exc:
+        if any(words in exc.message.lower() for words in CHAT_REFUSALS):
+            raise DeliveryRefused(exc.message) from exc
+        raise

@@ -64,7 +64,8 @@ class ModelRequests:
             exc.message,
             name,
         )
-        state.fallback = Fallback(name, state.answering, exc.message)
+        # The reason the chat is told (the note on the answer): never the server's own words.
+        state.fallback = Fallback(name, state.answering, exc.user_message or exc.message)
         state.answering, state.provider = name, self.profiles.get(name)
         model = self.profiles.settings(name).model
         state.trace.header["fallback"] = {"profile": name, "model": model, "because": exc.message}

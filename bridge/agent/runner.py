@@ -194,7 +194,17 @@ class AgentRunner:
                 f"⚠️ I ran out of time ({agent.run_timeout_s:g} s) on this request. {RETRY_HINT}",
             )
         except ProviderError as exc:
-            result = self._end(state, "error", f"⚠️ {exc.user_message or exc.message} {RETRY_HINT}")
+            # The chat gets one plain sentence; what the server said is here and in the run's trace.
+            # The message's excerpt of the body is masked (addresses, secrets); the whole body is in the
+            # trace only.
+            log.warning(
+                "run %s %s: the model failed: %s (the whole answer: bridge trace %s)",
+                run_id,
+                session.key,
+                exc.message,
+                run_id,
+            )
+            result = self._end(state, "error", f"⚠️ {_sentence(exc.user_message or exc.message)} {RETRY_HINT}")
         except asyncio.CancelledError:
             await asyncio.shield(self._finish(state, "cancelled", "cancelled"))
             raise
@@ -240,7 +250,7 @@ class AgentRunner:
         # A BridgeError may say what the user should hear; anything else is a bug, named but not shown.
         said = exc.user_message if isinstance(exc, BridgeError) else None
         what = said or f"Something went wrong while answering ({type(exc).__name__})."
-        return self._end(state, "error", f"⚠️ {what} {RETRY_HINT}")
+        return self._end(state, "error", f"⚠️ {_sentence(what)} {RETRY_HINT}")
 
     async def _loop(self, ctx: ToolContext, state: RunState, observer: RunObserver) -> RunResult:
         agent = self.settings.agent
@@ -437,3 +447,9 @@ class AgentRunner:
             tokens=tokens,
             ms=round(seconds * 1000),
         )
+
+
+def _sentence(text: str) -> str:
+    """A notice's text as a sentence: the next one ("Your message is saved…") follows a full stop."""
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else f"{text}."

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 
 from bridge.config import Settings
 from bridge.config.platforms import AccessSettings
 from bridge.events import Inbound
 from bridge.gateway.pairing import Pairing
 
+log = logging.getLogger(__name__)
+K = TypeVar("K")
+
 REFUSAL_INTERVAL_S = 3600.0
+# The most senders or chats remembered for "once an hour": a flood of strangers can't grow it further.
+REMEMBERED_MAX = 10_000
 DEFAULT_CODE_TTL_S = 3600.0
 WILDCARD = "*"
 
@@ -35,9 +42,19 @@ class SurfaceAccess:
     # What strangers' DMs get: "allowlist" (a refusal an hour) or "pairing" (a code; see pairing.py).
     dm_policy: str = "allowlist"
     pairing_code_ttl_s: float = DEFAULT_CODE_TTL_S
+    # The config key of `allowed_chats` in the surface's section, named in the log line of an ignored
+    # group (Discord's is allowed_channels).
+    chats_key: str = "allowed_chats"
 
     @classmethod
-    def of(cls, settings: AccessSettings, chats: Iterable[str], guilds: Iterable[str] = ()) -> SurfaceAccess:
+    def of(
+        cls,
+        settings: AccessSettings,
+        chats: Iterable[str],
+        guilds: Iterable[str] = (),
+        *,
+        chats_key: str = "allowed_chats",
+    ) -> SurfaceAccess:
         return cls(
             frozenset(settings.allowed_users),
             frozenset(chats),
@@ -45,6 +62,7 @@ class SurfaceAccess:
             frozenset(guilds),
             settings.dm_policy,
             float(settings.pairing_code_ttl_s),
+            chats_key,
         )
 
     def user_allowed(self, user_id: str) -> bool:
@@ -84,6 +102,8 @@ class AccessPolicy:
         self._clock = clock
         self._paired = paired
         self._refused_at: dict[str, float] = {}
+        # (surface, chat id) of ignored groups, when each was last logged: one INFO line an hour.
+        self._noted_at: dict[tuple[str, str], float] = {}
 
     @classmethod
     def from_settings(
@@ -105,12 +125,15 @@ class AccessPolicy:
             return Verdict.ALLOW
         if in_group:
             # Strangers' groups get silence, not refusals: the bot may have been added by anyone.
-            return Verdict.ALLOW if rules.place_allowed(inbound) else Verdict.IGNORE
+            if rules.place_allowed(inbound):
+                return Verdict.ALLOW
+            self._note_ignored_group(inbound, rules)
+            return Verdict.IGNORE
         if rules.user_allowed(inbound.sender_id) or self._paired(inbound.surface, inbound.sender_id):
             return Verdict.ALLOW
         if rules.dm_policy == "pairing":
             return Verdict.PAIR
-        return self._refuse_once_an_hour(inbound.sender)
+        return self._refuse_once_an_hour(inbound)
 
     def pairing_decides(self, inbound: Inbound) -> bool:
         """Whether the verdict on this message hangs on DM pairing: a DM, on a platform with access
@@ -128,16 +151,32 @@ class AccessPolicy:
         rules = self.surfaces.get(surface)
         return rules.pairing_code_ttl_s if rules is not None else DEFAULT_CODE_TTL_S
 
-    def _refuse_once_an_hour(self, sender: str) -> Verdict:
-        now = self._clock()
-        last = self._refused_at.get(sender)
-        if last is not None and now - last < REFUSAL_INTERVAL_S:
+    def _refuse_once_an_hour(self, inbound: Inbound) -> Verdict:
+        if not _once_an_hour(self._refused_at, inbound.sender, self._clock()):
             return Verdict.IGNORE
-        if len(self._refused_at) > 10_000:
-            # Bounded memory under a flood of strangers: forget refusals that have expired.
-            self._refused_at = {s: t for s, t in self._refused_at.items() if now - t < REFUSAL_INTERVAL_S}
-        self._refused_at[sender] = now
+        # The operator's way to let them in, once an hour like the refusal itself.
+        log.info(
+            "%s: refused a direct message from user %s (not in [%s] allowed_users; add it there to "
+            "let the bot answer)",
+            inbound.surface,
+            inbound.sender_id,
+            inbound.surface,
+        )
         return Verdict.REFUSE
+
+    def _note_ignored_group(self, inbound: Inbound, rules: SurfaceAccess) -> None:
+        """One INFO line an hour per group the bot ignores: the id to add and where to add it."""
+        # A thread counts as its parent channel, so that is the id to allow.
+        chat = inbound.parent_id or inbound.chat_id
+        if _once_an_hour(self._noted_at, (inbound.surface, chat), self._clock()):
+            log.info(
+                "%s: ignored a message from %s %s (not in [%s] %s; add it there to let the bot answer)",
+                inbound.surface,
+                inbound.chat_type,
+                chat,
+                inbound.surface,
+                rules.chats_key,
+            )
 
 
 class Admission:
@@ -167,11 +206,29 @@ class Admission:
         return None
 
 
+def _once_an_hour(remembered: dict[K, float], key: K, now: float) -> bool:
+    """Whether `key` is due (not seen in the last hour), remembering it if so; at most REMEMBERED_MAX
+    keys are kept, so a flood of strangers costs bounded memory."""
+    last = remembered.get(key)
+    if last is not None and now - last < REFUSAL_INTERVAL_S:
+        return False
+    if len(remembered) >= REMEMBERED_MAX:
+        for expired in [k for k, t in remembered.items() if now - t >= REFUSAL_INTERVAL_S]:
+            del remembered[expired]
+        if len(remembered) >= REMEMBERED_MAX:
+            # All of them recent (a flood): start over; the worst is a repeated line or refusal.
+            remembered.clear()
+    remembered[key] = now
+    return True
+
+
 def surfaces_from(settings: Settings) -> dict[str, SurfaceAccess]:
     telegram, discord = settings.telegram, settings.discord
     return {
         "telegram": SurfaceAccess.of(telegram, telegram.allowed_chats),
-        "discord": SurfaceAccess.of(discord, discord.allowed_channels, discord.allowed_guilds),
+        "discord": SurfaceAccess.of(
+            discord, discord.allowed_channels, discord.allowed_guilds, chats_key="allowed_channels"
+        ),
     }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from bridge.errors import AdapterLifecycleError
+from bridge.errors import AdapterLifecycleError, DeliveryRefused
 from bridge.events import Outbound, OutboundKind, OutFile, Route
 from bridge.live import LiveEvents
 from bridge.platform import Sender
@@ -176,9 +176,25 @@ class Courier:
                 message_id = await sender.send(out)
         except AdapterLifecycleError:
             raise
+        except DeliveryRefused as exc:
+            # Blocked by the user, removed from the group: the chat's doing, not a bug; one line that
+            # says where, no traceback.
+            log.warning(
+                "%s refused %s row %d for %s (chat %s), marked failed: %s",
+                item.surface,
+                item.kind,
+                row.id,
+                item.session_key or "no session",
+                item.chat_id,
+                exc,
+            )
+            await self._mark(row.id, "failed", reason=str(exc)[:500])
+            return None, False
         except Exception as exc:
-            log.exception("sending %s to %s failed", item.kind, item.surface)
-            await self._mark(row.id, "failed", reason=f"{type(exc).__name__}: {exc}"[:500])
+            log.exception(
+                "sending %s row %d to %s (chat %s) failed", item.kind, row.id, item.surface, item.chat_id
+            )
+            await self._mark(row.id, "failed", reason=_reason(exc)[:500])
             return None, False
         await self._mark(row.id, "sent", platform_msg_id=message_id)
         self.live.publish(
@@ -204,3 +220,10 @@ class Courier:
             await asyncio.shield(
                 self.store.mark_outbox(row_id, state, platform_msg_id=platform_msg_id, reason=reason)
             )
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as a failed row's reason: its class and message, the class once (Telegram's
+    "Forbidden: …" already starts with it)."""
+    name, text = type(exc).__name__, str(exc)
+    return text if text.startswith(name) else f"{name}: {text}" if text else name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from bridge.app import Bridge
 
 # A comment on an idle event stream this often, so proxies and browsers keep it open.
+log = logging.getLogger(__name__)
 KEEPALIVE_S = 15.0
 SEND_MODES = frozenset({"on", "off", "inherit"})
 
@@ -150,15 +152,22 @@ class AdminApi:
         # published after that.
         with self.bridge.live.subscribe() as queue:
             await response.prepare(request)
-            await response.write(b": connected\n\n")
-            while True:
-                try:
-                    event = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-                except TimeoutError:
-                    await response.write(b": keepalive\n\n")
-                    continue
-                data = json.dumps({**event.data, "at": event.at}, default=str)
-                await response.write(f"event: {event.kind}\ndata: {data}\n\n".encode())
+            try:
+                await response.write(b": connected\n\n")
+                while True:
+                    try:
+                        event = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                    except TimeoutError:
+                        await response.write(b": keepalive\n\n")
+                        continue
+                    data = json.dumps({**event.data, "at": event.at}, default=str)
+                    await response.write(f"event: {event.kind}\ndata: {data}\n\n".encode())
+            except ConnectionResetError:
+                # The viewer left (closed the tab, moved to another page): the next write finds the
+                # connection gone. aiohttp's ClientConnectionResetError is a ConnectionResetError.
+                # Every page view ends this way, so it is no error.
+                log.debug("an event stream's viewer left (%s)", request.remote)
+        return response
 
 
 def _key(request: web.Request) -> str:

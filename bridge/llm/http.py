@@ -223,6 +223,7 @@ class HTTPProvider:
     def _raise_for_status(self, response: httpx.Response) -> None:
         status = response.status_code
         detail = error_detail(response)
+        said = None  # what the chat is told, where it differs from the message
         # 529 ("overloaded", Anthropic) is covered by the 5xx rule.
         if status in RETRYABLE_4XX or status >= 500:
             raise AttemptFailed(
@@ -243,10 +244,16 @@ class HTTPProvider:
         elif status < 400:
             message = f"The model server answered with an unexpected HTTP {status}."
         else:
-            message = f"The model server refused the request (HTTP {status})"
-            message += f": {self._summary(detail)}" if detail.strip() else "."
+            message = said = f"The model server refused the request (HTTP {status})."
+            if detail.strip():
+                message = f"{message[:-1]}: {self._summary(detail)}"
         raise ProviderError(
-            self._redact(message), retryable=False, status=status, detail=self._full(response.text)
+            self._redact(message),
+            retryable=False,
+            status=status,
+            detail=self._full(response.text),
+            # The chat hears what failed, never the server's own words (those are in the trace).
+            user_message=said,
         )
 
     # -- failure reporting -----------------------------------------------------------------
@@ -266,15 +273,19 @@ class HTTPProvider:
             )
         elif failure.kind == "http":
             message = f"The model server kept failing (HTTP {failure.status}) after {tries}"
+            said = f"{message}."
             message += f": {self._summary(failure.detail)}" if failure.detail.strip() else "."
         else:
             summary = self._summary(failure.detail)
             message = f"The model server sent a malformed response ({summary}) after {tries}."
+            said = f"The model server sent a malformed response after {tries}."
         return ProviderError(
             self._redact(message),
             retryable=True,
             status=failure.status,
             detail=self._full(failure.body or failure.detail),
+            # The chat hears what failed, never the server's own words (those are in the trace).
+            user_message=self._redact(said) if failure.kind in ("http", "malformed") else None,
         )
 
     def _reach_hint(self) -> str:

@@ -138,12 +138,14 @@ class Fallback:
 
     def failed_too(self, exc: ProviderError) -> ProviderError:
         """The error the user sees when the fallback fails as well: both reasons."""
+        first = f" (That was the fallback model `{self.profile}`; `{self.failed}` failed first: "
+        first += f"{_short_reason(self.reason)})"
         return ProviderError(
-            f"{exc.message} (That was the fallback model `{self.profile}`; `{self.failed}` failed first: "
-            f"{_short_reason(self.reason)})",
+            exc.message + first,
             retryable=exc.retryable,
             status=exc.status,
             detail=exc.detail,
+            user_message=(exc.user_message or exc.message).rstrip(".") + first,
         )
 
 

@@ -20,7 +20,7 @@ from aiohttp import BodyPartReader, hdrs, web
 
 from devkit.fakes.loopback import LoopbackServer
 
-FaultKind = Literal["429", "502", "drop", "400", "hang"]
+FaultKind = Literal["429", "502", "drop", "400", "403", "hang"]
 
 MAX_TEXT_UTF16 = 4096
 MAX_CAPTION_UTF16 = 1024
@@ -759,18 +759,24 @@ class FakeTelegram(LoopbackServer):
         *,
         times: int = 1,
         retry_after: int = 1,
-        description: str = "Bad Request: injected",
+        description: str | None = None,
     ) -> None:
         """Make the next `times` calls of `method` fail before doing anything.
 
         "429" → flood control with parameters.retry_after; "502" → an HTML Bad Gateway page, as
-        a proxy sends; "drop" → the connection closes with no response; "400" → `description`;
+        a proxy sends; "drop" → the connection closes with no response; "400" → `description`
+        (by default "Bad Request: injected"); "403" → `description` (by default the user blocked the bot);
         "hang" → no answer at all until the server stops (a process can be killed mid-send).
         method "file" → the next downloads from the file URL fail the same way.
         """
-        if kind not in ("429", "502", "drop", "400", "hang"):
+        if kind not in ("429", "502", "drop", "400", "403", "hang"):
             raise ValueError(f"unknown fault kind {kind!r}")
-        detail = description if kind == "400" else str(retry_after)
+        if kind == "400":
+            detail = description or "Bad Request: injected"
+        elif kind == "403":
+            detail = description or "Forbidden: bot was blocked by the user"
+        else:
+            detail = str(retry_after)
         self._faults[method.lower()].extend([(kind, retry_after, detail)] * times)
 
     # -- serving ---------------------------------------------------------------------------
@@ -829,7 +835,7 @@ class FakeTelegram(LoopbackServer):
             raise TelegramApiError(
                 429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}
             )
-        raise TelegramApiError(400, detail)
+        raise TelegramApiError(403 if kind == "403" else 400, detail)
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         """GET /file/bot{token}/{file_path}: the bytes of a file getFile handed out."""

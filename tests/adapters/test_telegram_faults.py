@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from adapters.telegram.retrying import MAX_ATTEMPTS
 from devkit.fakes import openai_server as fake
@@ -61,3 +64,24 @@ async def test_a_reply_telegram_never_accepts_is_marked_failed_and_the_next_mess
         "second",
     ]
     assert_intact(db, ["first", "second"])
+
+
+async def test_a_user_who_blocked_the_bot_is_one_warning_naming_the_chat_and_the_row(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    fake_llm.push(fake.text("you blocked me"))
+    async with rig(fake_llm, stream=False) as r:
+        tg.fail_next("sendMessage", "403")
+        tg.dm(OWNER, "hello")
+        db = tmp_path / "bridge.db"
+        await tg.wait_for(lambda: rows(db, "SELECT state FROM outbox") == [("failed",)], 10)
+        assert r is not None
+    [(row_id, reason)] = rows(db, "SELECT id, reason FROM outbox")
+    assert reason == "Forbidden: bot was blocked by the user"
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert [r.levelno for r in refused] == [logging.WARNING]
+    line = refused[0].getMessage()
+    assert f"row {row_id} " in line and f"chat {OWNER}" in line and "main" in line
+    assert line.count("Forbidden") == 1
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []

@@ -57,6 +57,13 @@ def user_texts(body: dict[str, Any]) -> list[str]:
     return [m["content"] for m in body["messages"] if m["role"] == "user"]
 
 
+def models_error(trace: dict[str, Any]) -> str:
+    """The errors of a trace's model requests, with what the servers said in full."""
+    return " ".join(
+        s.get("error", "") + s.get("error_detail", "") for s in trace["steps"] if s["type"] == "model"
+    )
+
+
 async def stored_trace(h: Harness) -> dict[str, Any]:
     session = await h.bridge.store.active_session("main")
     assert session is not None
@@ -207,8 +214,10 @@ async def test_the_fallback_answers_when_the_main_model_fails_after_its_retries_
     (reply,) = h.sender.of("reply")
     assert reply == (
         "the fallback's answer\n\n_(Answered by the fallback model `other` because `default` failed: "
-        "the model server kept failing (HTTP 500) after 2 attempts: overloaded)_"
+        "the model server kept failing (HTTP 500) after 2 attempts)_"
     )
+    # The server's own words are for the trace, never the chat.
+    assert "overloaded" in models_error(trace)
     # The note is for the chat: history keeps the model's own words, which later turns replay.
     assert history[-1].content == "the fallback's answer"
     # The same request went to the fallback; after it took over, the run's next step went straight
@@ -252,8 +261,11 @@ async def test_without_a_fallback_the_failure_is_told_as_before(
         await h.say("first")
         await h.say("second")
     error, answer = h.sender.of("reply")
-    assert error.startswith("⚠️ The model server kept failing (HTTP 500) after 2 attempts: overloaded")
-    assert "/retry" in error and "fallback" not in error
+    assert error == (
+        "⚠️ The model server kept failing (HTTP 500) after 2 attempts. "
+        "Your message is saved: send /retry to try again."
+    )
+    assert "fallback" not in error
     assert answer == "ok now" and other_llm.requests == []
     assert_intact(tmp_path / "bridge.db", ["first", "second"])
 
@@ -270,8 +282,12 @@ async def test_when_the_fallback_fails_too_the_error_names_both(
         trace = await stored_trace(h)
         await h.say("second")
     error, answer = h.sender.of("reply")
-    assert error.startswith("⚠️ The model server kept failing (HTTP 502) after 2 attempts: backup down")
-    assert "fallback model `other`" in error and "main down" in error and "/retry" in error
+    assert error == (
+        "⚠️ The model server kept failing (HTTP 502) after 2 attempts (That was the fallback model "
+        "`other`; `default` failed first: the model server kept failing (HTTP 500) after 2 attempts). "
+        "Your message is saved: send /retry to try again."
+    )
+    assert "backup down" in models_error(trace) and "main down" in models_error(trace)
     assert answer == "back"
     assert trace["status"] == "error"
     assert [s.get("fallback_profile") for s in trace["steps"]] == [None, "other"]
@@ -290,7 +306,8 @@ async def test_a_fallback_that_fails_later_in_the_run_is_named_in_the_error(
     ) as h:
         await h.say("time?")
     (error,) = h.sender.of("reply")
-    assert error.startswith("⚠️") and "fallback model `other`" in error and "main down" in error
+    assert error.startswith("⚠️") and "fallback model `other`" in error and "(HTTP 500)" in error
+    assert "main down" not in error  # the server's words are in the trace, not the chat
     assert len(fake_llm.requests) == 2  # the failed main model was not asked again in this run
 
 

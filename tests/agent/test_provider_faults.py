@@ -20,9 +20,10 @@ FAULTS: dict[str, tuple[Reply, str]] = {
         fake.http_error(429, "slow down", {"Retry-After": "0"}),
         "kept failing (HTTP 429) after 2 attempts",
     ),
-    "500": (fake.http_error(500, "overloaded"), "kept failing (HTTP 500) after 2 attempts: overloaded"),
+    # The chat hears what failed in a sentence; the server's own words ("overloaded") go to the trace.
+    "500": (fake.http_error(500, "overloaded"), "kept failing (HTTP 500) after 2 attempts. Your message"),
     "timeout": (fake.delay(3, fake.text("too late")), "did not answer within 0.5 s (2 attempts)"),
-    "malformed": (fake.malformed(), "sent a malformed response (not valid JSON) after 2 attempts"),
+    "malformed": (fake.malformed(), "sent a malformed response after 2 attempts. Your message"),
 }
 
 

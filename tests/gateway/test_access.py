@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from bridge.config import Settings
 from bridge.events import Inbound
+from bridge.gateway import access as access_module
 from bridge.gateway.access import AccessPolicy, SurfaceAccess, Verdict
 
 
@@ -155,3 +157,42 @@ def test_dm_policy_and_the_code_lifetime_come_from_each_platforms_section() -> N
     assert access.code_ttl_s("telegram") == 600
     access.update(Settings(telegram={"dm_policy": "allowlist"}))
     assert access.check(dm("9")) is Verdict.REFUSE
+
+
+def test_an_ignored_group_is_logged_once_an_hour_with_the_id_to_allow(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="bridge.gateway.access")
+    clock = Clock()
+    access = policy(clock, chats={"-100"})
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+
+    assert access.check(group("7", "-1001234", mentioned=True)) is Verdict.IGNORE
+    assert access.check(group("8", "-1001234", mentioned=True)) is Verdict.IGNORE
+    assert lines() == [
+        "telegram: ignored a message from group -1001234 (not in [telegram] allowed_chats; "
+        "add it there to let the bot answer)"
+    ]
+    assert access.check(group("7", "-1005678", mentioned=True)) is Verdict.IGNORE
+    assert len(lines()) == 2 and "group -1005678" in lines()[1]
+    clock.now += 3601
+    assert access.check(group("7", "-1001234", mentioned=True)) is Verdict.IGNORE
+    assert len(lines()) == 3 and "group -1001234" in lines()[2]
+    # An allowed group, and a stranger's DM: the DM names the key to add the user to.
+    assert access.check(group("7", "-100", mentioned=True)) is Verdict.ALLOW
+    assert access.check(dm("9")) is Verdict.REFUSE
+    assert access.check(dm("9")) is Verdict.IGNORE
+    assert lines()[3:] == [
+        "telegram: refused a direct message from user 9 (not in [telegram] allowed_users; "
+        "add it there to let the bot answer)"
+    ]
+
+
+def test_the_memory_of_logged_groups_is_bounded(monkeypatch: Any) -> None:
+    monkeypatch.setattr(access_module, "REMEMBERED_MAX", 50)
+    clock = Clock()
+    access = policy(clock)
+    for chat in range(500):
+        access.check(group("7", f"-{chat}", mentioned=True))
+        clock.now += 1
+    assert len(access._noted_at) <= 50
