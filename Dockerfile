@@ -23,6 +23,9 @@ RUN pip install --no-deps '.[postgresql]' && useradd --create-home --uid 10001 b
 
 USER bridge
 VOLUME ["/data"]
+# The admin server's port ([admin] port). It listens on the container's loopback unless
+# [admin] listen = "0.0.0.0", which needs a token; publish it (-p 127.0.0.1:8765:8765) only then.
+EXPOSE 8765
 # GET /healthz with the token (the configured one, or the one the start wrote to /data/admin.token).
 HEALTHCHECK --interval=30s --timeout=10s --start-period=30s --retries=3 CMD ["bridge", "health"]
 # Mount a config at /app/config.toml (read by default) or pass --config; secrets via BRIDGE_* env vars.

@@ -1,10 +1,23 @@
-"""Prometheus metrics of one Bridge: runs, model requests, tool calls, tokens, queues and the outbox."""
+"""Prometheus metrics of one Bridge: runs, model requests, tool calls, tokens, queues and the outbox; the
+process (memory, CPU, open files), Python's garbage collector, and the version that runs."""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Mapping
+from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from bridge.store.base import OutboxState
@@ -15,6 +28,14 @@ OUTBOX_STATES: tuple[OutboxState, ...] = ("pending", "sending", "sent", "suppres
 # A run takes from a few milliseconds (an instant model) to minutes (a slow model and many tools).
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 MODEL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+def bridge_version() -> str:
+    """The installed package's version; "unknown" where it runs from a checkout that was never installed."""
+    try:
+        return metadata.version("bridge")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class Metrics:
@@ -61,6 +82,14 @@ class Metrics:
         self.running = Gauge("bridge_runs_in_progress", "Runs in progress in this process.", registry=r)
         self.queued = Gauge("bridge_queue_depth", "Messages waiting for a run in this process.", registry=r)
         self.outbox = Gauge("bridge_outbox_rows", "Outbox rows, by state.", ["state"], registry=r)
+        # prometheus_client's collectors of the process (process_*: memory, CPU, open files, from /proc,
+        # so Linux only), the garbage collector (python_gc_*) and the interpreter (python_info), on this
+        # registry: the default one, where they usually live, is never served.
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
+        PlatformCollector(registry=r)
+        build = Info("bridge_build", "The Bridge that runs: its version and Python's.", registry=r)
+        build.info({"version": bridge_version(), "python": platform.python_version()})
 
     def run_finished(self, status: str, seconds: float, prompt_tokens: int, completion_tokens: int) -> None:
         self.runs.labels(status).inc()

@@ -11,6 +11,9 @@ from bridge.config.io import render_settings, resolve_config_path
 from bridge.config.platforms import known_surfaces
 from bridge.errors import ConfigError, SessionKeyError, StoreError
 
+# The last line of a config that `bridge check-config` found nothing wrong with.
+VALID = "# the config is valid"
+
 
 def check_config(settings: Settings, path: Path | None) -> int:
     """Print the effective settings, or what `bridge run` would reject in them (exit status 2)."""
@@ -32,6 +35,8 @@ def check_config(settings: Settings, path: Path | None) -> int:
     source = resolve_config_path(path)
     print(f"# effective config from {source or 'defaults'} and BRIDGE_* environment variables")
     print(render_settings(settings), end="")
+    # Last, so a script or a glance at the tail knows it passed; a comment keeps the printout valid TOML.
+    print(f"\n{VALID}")
     return 0
 
 

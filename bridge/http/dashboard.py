@@ -55,15 +55,16 @@ class Dashboard:
         pages: Pages,
         csrf: str,
         *,
-        editable: bool,
+        read_only: Callable[[], str | None],
     ) -> None:
         self.bridge = bridge
         # {platform: state}, from the server that knows the adapters.
         self.platforms = platforms
         self.pages = pages
         self.csrf = csrf
-        # Whether the policy editor can save: only with a config file to write to.
-        self.editable = editable
+        # Why the policy editor can't save (no config file, or one it may not write), or None; asked at
+        # each page, so a file made writable meanwhile needs no restart.
+        self.read_only = read_only
 
     def routes(self, app: web.Application) -> None:
         add = app.router
@@ -161,7 +162,7 @@ class Dashboard:
             "policy",
             policy=settings.model_dump(mode="json"),
             surfaces=known_surfaces(),
-            editable=self.editable,
+            read_only=self.read_only(),
         )
 
     async def pairing(self, request: web.Request) -> web.Response:

@@ -4,7 +4,9 @@ into the config file (comments kept, written atomically) and make it live throug
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,13 +42,22 @@ class PolicyEditor:
         app.router.add_post("/api/policy/explain", self.explain)
         app.router.add_put("/api/policy", self.save)
 
+    def read_only(self) -> str | None:
+        """Why a save can't write the config file now, or None when it can (asked at each page and save,
+        so a file made writable meanwhile needs no restart)."""
+        if self.path is None:
+            return "bridge run was started without --config, so there is no file to save to"
+        return read_only_reason(self.path)
+
     async def show(self, request: web.Request) -> web.Response:
         live = self.bridge.policy.settings
+        read_only = self.read_only()
         return web.json_response(
             {
                 **live.model_dump(mode="json"),
                 "config_file": str(self.path) if self.path else None,
-                "editable": self.path is not None,
+                "editable": read_only is None,
+                "read_only": read_only,
             }
         )
 
@@ -82,6 +93,10 @@ class PolicyEditor:
             return _refused(
                 "config_file", "bridge run was started without a config file; start it with --config PATH"
             )
+        path = self.path
+        why = read_only_reason(path)
+        if why is not None:
+            return _read_only(why)
         draft = await body_of(request)
         try:
             wanted = SendPolicySettings.model_validate(draft)
@@ -99,13 +114,53 @@ class PolicyEditor:
                 settings = settings_from_toml(new_text, self.path)
             except ConfigError as exc:
                 return _refused("session.send_policy", str(exc))
-            await asyncio.to_thread(_replace_file, self.path, new_text)
+            try:
+                await asyncio.to_thread(_replace_file, self.path, new_text)
+            except OSError as exc:
+                # What the look beforehand can't see: a bind mount of the file itself (renaming over it
+                # is EBUSY), or a file system made read-only meanwhile. Nothing was written.
+                if exc.errno not in UNWRITABLE:
+                    raise
+                return _read_only(f"{_read_only_text(path)} ({os.strerror(exc.errno)})")
             if self.reloader is not None:
                 # Live now, not at the watcher's next look; the watcher then sees nothing new.
                 self.reloader.reload()
             else:
                 self.bridge.apply_live_settings(settings)
         return web.json_response({"ok": True, **self.bridge.policy.settings.model_dump(mode="json")})
+
+
+# The errors of a write that says the file or its folder can't be written, rather than a fault.
+UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.EBUSY})
+# Any of these set: the operator left the file writable by someone. None: read-only on purpose.
+WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
+def read_only_reason(path: Path) -> str | None:
+    """Why the editor can't save `path`, or None when it can.
+
+    Read-only is a file that this process may not write (os.access: permissions, or a read-only mount
+    such as Docker's `:ro`, which answers EROFS even to root), a folder it may not create the temporary
+    file in (the save is atomic: a new file beside the old one, renamed over it), or a file with no
+    write bit at all: root may write that file anyway, but its owner made it read-only on purpose, so
+    the editor leaves it alone as it would for any other user.
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return f"{path} can't be read: {exc.strerror}"
+    if not mode & WRITE_BITS or not os.access(path, os.W_OK):
+        return _read_only_text(path)
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return (
+            f"{path.parent} is not writable, and a save writes a new {path.name} there and renames it "
+            "over the old one: mount the config's folder writable, or edit the file on the host and restart"
+        )
+    return None
+
+
+def _read_only_text(path: Path) -> str:
+    return f"{path} is read-only: mounted read-only? edit it on the host and restart, or mount it writable"
 
 
 def _put_policy(document: tomlkit.TOMLDocument, policy: SendPolicySettings) -> None:
@@ -155,6 +210,11 @@ def _invalid(exc: ValidationError) -> web.Response:
     where = ".".join(str(part) for part in first["loc"])
     key = f"session.send_policy.{where}" if where else "session.send_policy"
     return _refused(key, first["msg"])
+
+
+def _read_only(reason: str) -> web.Response:
+    """409: the draft may be fine, but the file can't take it; the page says the same."""
+    return web.json_response({"error": "read_only", "detail": reason}, status=409)
 
 
 def _refused(key: str, reason: str) -> web.Response:

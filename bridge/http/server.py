@@ -90,8 +90,8 @@ class AdminServer:
         AdminApi(self.bridge).routes(app)
         PairingApi(self.bridge).routes(app)
         self.editor.routes(app)
-        editable = self.editor.path is not None
-        Dashboard(self.bridge, self._platforms, self.pages, self.auth.csrf, editable=editable).routes(app)
+        read_only = self.editor.read_only
+        Dashboard(self.bridge, self._platforms, self.pages, self.auth.csrf, read_only=read_only).routes(app)
         if self.bridge.hooks.hooks:
             for method, path, handler in HookEndpoint(self.bridge.hooks).routes():
                 app.router.add_route(method, path, handler)

@@ -185,6 +185,22 @@ async def test_an_invalid_rule_is_refused_with_its_key_and_reason_and_changes_no
         await expect(page.locator("#rules tbody tr")).to_have_count(0)
 
 
+async def test_a_read_only_config_shows_the_editor_read_only_with_the_reason(
+    tmp_path: Path, tg: FakeTelegram, browser: Browser
+) -> None:
+    async with FakeOpenAI() as llm, bridge_site(tmp_path, tg, llm) as site:
+        site.config.chmod(0o444)  # as a `:ro` mount would be; no write bit counts even for root
+        page = await browser.new_page()
+        await log_in(page, site, "/policy")
+        await expect(page.locator("#policy-read-only")).to_contain_text(
+            "is read-only: mounted read-only? edit it on the host and restart, or mount it writable"
+        )
+        await expect(page.get_by_role("button", name="Save")).to_have_count(0)
+        # The draft can still be tested against a key.
+        await page.get_by_role("button", name="Add rule").click()
+        await expect(page.locator("#rules tbody tr")).to_have_count(1)
+
+
 async def test_without_the_token_the_api_answers_401_and_pages_ask_to_log_in(
     tmp_path: Path, tg: FakeTelegram, browser: Browser
 ) -> None:

@@ -4,6 +4,7 @@ its comments kept, live at once; an invalid draft is refused with its key and re
 from __future__ import annotations
 
 import asyncio
+import errno
 import tomllib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -69,7 +70,13 @@ DENY_GROUPS = {"default": "allow", "rules": [{"action": "deny", "match": {"chat_
 
 async def test_the_editor_shows_the_live_rules_and_the_file_it_writes(editor: Editor) -> None:
     shown = (await editor.client.get("/api/policy")).json()
-    assert shown == {"default": "allow", "rules": [], "config_file": str(editor.path), "editable": True}
+    assert shown == {
+        "default": "allow",
+        "rules": [],
+        "config_file": str(editor.path),
+        "editable": True,
+        "read_only": None,
+    }
 
 
 async def test_explain_tests_a_key_against_a_draft_without_saving_it(editor: Editor) -> None:
@@ -144,3 +151,45 @@ async def test_a_config_without_the_section_gets_it_added(editor: Editor) -> Non
 async def test_explain_refuses_a_malformed_key(editor: Editor) -> None:
     answer = await editor.client.post("/api/policy/explain", json={"key": "nonsense here"})
     assert answer.status_code == 422 and answer.json()["key"] == "key"
+
+
+async def test_a_read_only_config_file_makes_the_editor_read_only_and_a_save_answers_409(
+    editor: Editor,
+) -> None:
+    # No write bit at all: read-only on purpose. The tests run as root, whom chmod doesn't stop, so the
+    # bits themselves decide (in Docker, a `:ro` mount is EROFS, which os.access sees for root too).
+    editor.path.chmod(0o444)
+    shown = (await editor.client.get("/api/policy")).json()
+    assert shown["editable"] is False
+    assert "config.toml is read-only: mounted read-only?" in shown["read_only"]
+    page = await editor.client.get("/policy")
+    assert page.status_code == 200
+    assert 'data-editable="no"' in page.text and 'type="submit"' not in page.text
+    assert (
+        "is read-only: mounted read-only? edit it on the host and restart, or mount it writable" in page.text
+    )
+    answer = await editor.put(DENY_GROUPS)
+    assert answer.status_code == 409
+    body = answer.json()
+    assert body["error"] == "read_only" and "mount it writable" in body["detail"]
+    assert editor.path.read_text(encoding="utf-8") == CONFIG
+    assert editor.harness.bridge.policy.settings.rules == []
+    # Made writable again: the editor saves, without a restart.
+    editor.path.chmod(0o644)
+    assert (await editor.put(DENY_GROUPS)).status_code == 200
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EBUSY, errno.EACCES])
+async def test_a_write_the_file_system_refuses_answers_409_not_500(
+    editor: Editor, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # What no look beforehand sees: a file system made read-only meanwhile, or a bind mount of the
+    # file itself, which a rename can't replace (EBUSY).
+    def refuse(path: Path, text: str) -> None:
+        raise OSError(code, "refused", str(path))
+
+    monkeypatch.setattr("bridge.http.policy_edit._replace_file", refuse)
+    answer = await editor.put(DENY_GROUPS)
+    assert answer.status_code == 409
+    assert answer.json()["error"] == "read_only" and "read-only" in answer.json()["detail"]
+    assert editor.harness.bridge.policy.settings.rules == []
