@@ -103,6 +103,8 @@ async def test_check_config_prints_the_effective_config_and_redacts_the_key(tmp_
     assert effective["llm"]["model"] == "local-model"
     assert effective["storage"]["path"] == (tmp_path / "state" / "bridge.db").as_posix()
     assert effective["tools"]["allow_private_network"] is False
+    # The verdict, last, where a glance or a script finds it.
+    assert done.stdout.splitlines()[-1] == "# the config is valid"
     assert_no_traceback(done)
 
 

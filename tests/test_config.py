@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel, SecretStr
 
 from bridge.config import Settings
 from bridge.config.agent import DEFAULT_SYSTEM_PROMPT
-from bridge.config.base import REDACTED
+from bridge.config.base import REDACTED, relative_to
 from bridge.config.io import load_settings, render_settings
 from bridge.errors import ConfigError
 
@@ -28,6 +29,12 @@ pytestmark = pytest.mark.usefixtures("isolated_config")
 def write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def beside(config: Path, **values: Any) -> Settings:
+    """Settings(**values) as a config file at CONFIG gives them: relative paths from its folder."""
+    with relative_to(config):
+        return Settings(**values)
 
 
 def config_error(path: Path | None = None) -> str:
@@ -66,7 +73,7 @@ def test_explicit_config_wins_over_the_working_directory(tmp_path: Path) -> None
     other = write(tmp_path / "other.toml", '[llm]\nmodel = "from-flag"\n[storage]\npath = "x/y.db"\n')
     settings = load_settings(other)
     assert settings.llm.model == "from-flag"
-    assert settings.storage.path == Path("x/y.db")
+    assert settings.storage.path == tmp_path / "x" / "y.db"  # from the file's folder
 
 
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -269,7 +276,7 @@ def test_example_loads_cleanly() -> None:
 
 def test_example_values_are_the_defaults() -> None:
     settings = load_settings(EXAMPLE)
-    expected = Settings()
+    expected = beside(EXAMPLE)
     expected.llm.base_url = "http://127.0.0.1:8080/v1"
     assert settings == expected
 
@@ -376,13 +383,16 @@ timezone = "Europe/Berlin"
 def test_render_of_defaults_round_trips(tmp_path: Path) -> None:
     rendered = render_settings(Settings())
     assert "# base_url is unset" in rendered
-    assert load_settings(write(tmp_path / "rendered.toml", rendered)) == Settings()
+    file = write(tmp_path / "rendered.toml", rendered)
+    assert load_settings(file) == beside(file)
 
 
 def test_render_escapes_every_control_character(tmp_path: Path) -> None:
     # TOML forbids raw control characters in strings, DEL (U+007F) included, which JSON leaves raw.
     awkward = "".join(chr(c) for c in range(0x20)) + '\x7f "quoted" \\ ünïcødé'
-    original = Settings(agent={"system_prompt": awkward}, tools={"timeouts": {"odd\x7fname": 2.0}})
+    original = beside(
+        tmp_path / "rendered.toml", agent={"system_prompt": awkward}, tools={"timeouts": {"odd\x7fname": 2.0}}
+    )
     back = load_settings(write(tmp_path / "rendered.toml", render_settings(original)))
     assert back.agent.system_prompt == awkward
     assert back == original
@@ -440,7 +450,8 @@ def test_a_nested_environment_variable_is_blamed_by_its_full_name(monkeypatch: p
 
 
 def test_render_round_trips_send_policy_rules(tmp_path: Path) -> None:
-    original = Settings(
+    original = beside(
+        tmp_path / "rendered.toml",
         session={
             "send_policy": {
                 "default": "deny",
@@ -450,7 +461,7 @@ def test_render_round_trips_send_policy_rules(tmp_path: Path) -> None:
                     {"action": "ignore"},
                 ],
             }
-        }
+        },
     )
     rendered = render_settings(original)
     assert "[session.send_policy]" in rendered and "\n[session]\n" not in rendered

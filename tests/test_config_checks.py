@@ -110,7 +110,7 @@ async def test_check_config_rejects_a_manifest_path_that_does_not_exist(tmp_path
     config = write(tmp_path, '[tools]\nmanifests = ["no-such-folder"]\n')
     done = await check(tmp_path, config)
     assert done.code == 2, done.output
-    assert "tools.manifests: no-such-folder" in done.stderr
+    assert f"tools.manifests: {tmp_path / 'no-such-folder'}" in done.stderr  # from the config's folder
 
 
 async def test_check_config_rejects_unknown_disabled_names_and_accepts_known_ones(tmp_path: Path) -> None:
@@ -355,9 +355,12 @@ async def test_check_config_reports_malformed_skills_naming_the_key_each_file_an
     lines = done.stderr.splitlines()[1:]
     assert len(lines) == 2, done.stderr
     assert lines[0].startswith(
-        f"{config}: skills.paths: skills/bad-yaml/SKILL.md: the front matter is not valid YAML"
+        f"{config}: skills.paths: {tmp_path}/skills/bad-yaml/SKILL.md: the front matter is not valid YAML"
     )
-    assert lines[1] == f"{config}: skills.paths: skills/nameless/SKILL.md: the front matter has no name"
+    assert (
+        lines[1]
+        == f"{config}: skills.paths: {tmp_path}/skills/nameless/SKILL.md: the front matter has no name"
+    )
     assert done.stdout == ""
 
 
@@ -369,8 +372,11 @@ async def test_check_config_refuses_two_skills_of_one_name_and_a_path_that_is_no
     config = write(tmp_path, '[skills]\npaths = ["a", "b", "nowhere"]\n')
     done = await check(tmp_path, config)
     assert done.code == 2, done.output
-    assert "skills.paths: b/notes/SKILL.md: the name 'notes' is taken by a/notes/SKILL.md" in done.stderr
-    assert "skills.paths: nowhere: no such folder" in done.stderr
+    taken = (
+        f"skills.paths: {tmp_path}/b/notes/SKILL.md: the name 'notes' is taken by {tmp_path}/a/notes/SKILL.md"
+    )
+    assert taken in done.stderr
+    assert f"skills.paths: {tmp_path}/nowhere: no such folder" in done.stderr
 
 
 async def test_check_config_accepts_valid_skills_and_prints_their_paths(tmp_path: Path) -> None:
@@ -378,4 +384,4 @@ async def test_check_config_accepts_valid_skills_and_prints_their_paths(tmp_path
     (tmp_path / "skills" / "assets").mkdir()  # no SKILL.md: not a skill, and no error
     done = await check(tmp_path, write(tmp_path, '[skills]\npaths = ["skills"]\n'))
     assert done.code == 0, done.output
-    assert tomllib.loads(done.stdout)["skills"] == {"paths": ["skills"]}
+    assert tomllib.loads(done.stdout)["skills"] == {"paths": [str(tmp_path / "skills")]}

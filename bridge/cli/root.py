@@ -87,11 +87,15 @@ def _parser() -> argparse.ArgumentParser:
         "--to", dest="target", required=True, type=_postgres_target, metavar="postgresql://USER@HOST:PORT/DB"
     )
 
-    for name, what in (
-        ("admin", "print the admin server's URL and how to log in"),
-        ("health", "exit 0 when the running bridge's admin server says it is healthy"),
-    ):
-        sub.add_parser(name, help=what).add_argument("--config", type=Path, help=config_help)
+    admin = sub.add_parser("admin", help="print the admin server's URL and how to log in")
+    admin.add_argument("--config", type=Path, help=config_help)
+    admin.add_argument(
+        "--rotate-token",
+        action="store_true",
+        help="replace the kept admin token with a new one (a running bot uses it once restarted)",
+    )
+    health = sub.add_parser("health", help="exit 0 when the running bridge's admin server says it is healthy")
+    health.add_argument("--config", type=Path, help=config_help)
     trace = sub.add_parser("trace", help="print what one run sent to the model and which tools it ran")
     trace.add_argument("run_id", metavar="RUN_ID", type=_text)
     trace.add_argument("--json", action="store_true", help="the trace as JSON, each model request whole")
@@ -165,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("admin", "health"):
         from bridge.cli.admin import check_health, show_admin
 
-        return (show_admin if args.command == "admin" else check_health)(settings)
+        return (
+            show_admin(settings, rotate=args.rotate_token)
+            if args.command == "admin"
+            else check_health(settings)
+        )
     setup_logging(settings)
     if args.command == "chat":
         # The terminal shows each run as it happens; a log line per run, or each line an MCP server

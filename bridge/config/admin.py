@@ -13,8 +13,9 @@ class AdminSettings(Section):
     enabled: bool = False
     listen: str = "127.0.0.1"
     port: int = Field(8765, ge=1, le=65535)
-    # Bearer token (or the login form's) for every route. Unset on a loopback address, each start
-    # makes one and writes it to admin.token beside the database (`bridge admin` prints the URL).
+    # Bearer token (or the login form's) for every route. Unset on a loopback address, the first start
+    # makes one and keeps it in admin.token beside the database (`bridge admin` prints the URL;
+    # `bridge admin --rotate-token` replaces it).
     token: SecretStr = SecretStr("")
     # Open connections past this close the oldest still sending no request header, or are refused
     # (503); a connection with no whole header this long after opening is closed (bridge/serving.py).

@@ -11,7 +11,7 @@ from typing import Any, get_origin
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic_settings import SettingsError
 
-from bridge.config.base import REDACTED, mask_url
+from bridge.config.base import REDACTED, mask_url, relative_to
 from bridge.config.llm import LLMProfile
 from bridge.config.settings import Settings
 from bridge.errors import ConfigError
@@ -47,13 +47,16 @@ def load_settings(path: Path | None = None) -> Settings:
 
 def settings_from_toml(text: str, path: Path | None) -> Settings:
     """The settings a config file's text (and the environment) make; ConfigError naming the bad key
-    and why. One check for every way a config arrives: a start, a reload, check-config, the editor."""
+    and why. One check for every way a config arrives: a start, a reload, check-config, the editor.
+    A relative path in it (or in a BRIDGE_* variable) is taken from the file's folder, not the working
+    directory (bridge.config.base.rebase); with no file, from the working directory."""
     try:
         data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path or 'config'}: invalid TOML: {exc}") from None
     try:
-        return Settings(**data)
+        with relative_to(path):
+            return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
     except SettingsError:

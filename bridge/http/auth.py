@@ -7,6 +7,7 @@ import hmac
 import logging
 import os
 import secrets
+import stat
 import unicodedata
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from bridge.config import Settings
+from bridge.errors import ConfigError
 from bridge.http.throttle import WrongTokens
 
 log = logging.getLogger(__name__)
@@ -40,24 +42,70 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def token_file(settings: Settings) -> Path:
-    """Where a start without [admin] token keeps the token it made (beside the SQLite file)."""
+    """Where a start without [admin] token keeps the token it made (beside the SQLite file; that path
+    is resolved against the config file's folder, so every `bridge` command finds the same file)."""
     return Path(settings.storage.path).parent / "admin.token"
 
 
 def admin_token(settings: Settings) -> tuple[str, Path | None]:
-    """The configured token, or a new random one written (owner-only) to token_file; and that file."""
+    """The configured token; else the one kept in token_file; else a new one written there (owner-only).
+    Kept across starts, so a dashboard login (its cookie derives from the token) survives a restart."""
     configured = settings.admin.token.get_secret_value()
     if configured:
         return configured, None
     path = token_file(settings)
+    kept = kept_token(path)
+    if kept is not None:
+        return kept, path
+    return write_token(path), path
+
+
+def kept_token(path: Path) -> str | None:
+    """The token in PATH, or None when it is missing, unreadable or empty. A file others may read is
+    made owner-only first, with a warning that names it."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            try:
+                os.chmod(path, 0o600)
+                log.warning("%s was readable by others (mode %o): made owner-only (0600)", path, mode)
+            except OSError as exc:
+                log.warning(
+                    "%s is readable by others (mode %o) and could not be made owner-only (%s): "
+                    "run `chmod 600 %s`",
+                    path,
+                    mode,
+                    exc.strerror or exc,
+                    path,
+                )
+        return path.read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_token(path: Path) -> str:
+    """A new random token in PATH, replacing any there: written owner-only (0600) to a new file beside
+    it, then renamed over it, so the file is never readable by others nor seen half-written."""
     made = secrets.token_urlsafe(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Created owner-only before the token is written, so it is never readable by others.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(made + "\n")
-    os.chmod(path, 0o600)
-    return made, path
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                os.fchmod(out.fileno(), 0o600)  # whatever the umask
+                out.write(made + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"Can't write the admin token to {path} ({exc.strerror or exc})",
+            remedy="make its folder writable by this user, or set [admin] token (or BRIDGE_ADMIN__TOKEN)",
+        ) from None
+    return made
 
 
 def read_token(settings: Settings) -> str | None:
@@ -65,10 +113,7 @@ def read_token(settings: Settings) -> str | None:
     configured = settings.admin.token.get_secret_value()
     if configured:
         return configured
-    try:
-        return token_file(settings).read_text().strip() or None
-    except OSError:
-        return None
+    return kept_token(token_file(settings))
 
 
 class AdminAuth:

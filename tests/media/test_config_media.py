@@ -113,7 +113,7 @@ def test_the_sections_are_read_from_the_file(tmp_path: Path) -> None:
     )
     settings = load_settings(path)
     assert (settings.media.max_bytes, settings.media.history_images) == (1048576, 2)
-    assert settings.media.path == Path("files")
+    assert settings.media.path == tmp_path / "files"  # relative: from the config file's folder
     assert (settings.stt.base_url, settings.stt.model, settings.stt.language, settings.stt.timeout_s) == (
         "http://127.0.0.1:9000/v1",
         "small",
