@@ -40,7 +40,8 @@ def quoting(template: str) -> Callable[[list[str]], Reply]:
 
 
 def session_count(results: list[str]) -> Reply:
-    [listing] = results
+    # The turn's last result: a reload of the group comes before it.
+    listing = results[-1]
     return text(f"You have {json.loads(listing)['count']} session.")
 
 
