@@ -124,11 +124,10 @@ class GuardProxy:
             if not host or port is None:
                 await _answer(writer, 400, "Bad Request", f"Bad CONNECT target {target!r}.")
                 return
-            upstream = await self._dial(host, port, writer)
+            upstream = await self._dial(host, port, writer, ends)
             if upstream is None:
                 return
             up_reader, up_writer = upstream
-            ends.append(up_writer)
             writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             await writer.drain()
             await _splice(reader, writer, up_reader, up_writer)
@@ -143,11 +142,10 @@ class GuardProxy:
             # https goes through CONNECT; anything else (ftp://, a bare path) is not for this proxy.
             await _answer(writer, 400, "Bad Request", f"Cannot forward {target!r}.")
             return
-        upstream = await self._dial(host, port, writer)
+        upstream = await self._dial(host, port, writer, ends)
         if upstream is None:
             return
         up_reader, up_writer = upstream
-        ends.append(up_writer)
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
@@ -168,9 +166,10 @@ class GuardProxy:
                 await forward
 
     async def _dial(
-        self, host: str, port: int, writer: asyncio.StreamWriter
+        self, host: str, port: int, writer: asyncio.StreamWriter, ends: list[asyncio.StreamWriter]
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """A connection to a vetted address of host, or None after answering the browser why not."""
+        """A connection to a vetted address of host (its writer added to `ends`, closed with the client's
+        connection), or None after answering the browser why not."""
         found = await self._policy.addresses(host, port)
         if isinstance(found, Refusal):
             if found.code == "blocked_address":
@@ -184,9 +183,12 @@ class GuardProxy:
             try:
                 async with asyncio.timeout(self._connect_timeout_s):
                     # The vetted IP is what is dialled: the name is never resolved again.
-                    return await asyncio.open_connection(ip, port, limit=MAX_HEAD)
+                    up_reader, up_writer = await asyncio.open_connection(ip, port, limit=MAX_HEAD)
             except (OSError, TimeoutError) as exc:
                 last = exc
+                continue
+            ends.append(up_writer)
+            return up_reader, up_writer
         await _answer(writer, 502, "Bad Gateway", f"Could not connect to {host}:{port}: {last}")
         return None
 
