@@ -23,9 +23,13 @@ from bridge.http.auth import (
 )
 from bridge.http.dashboard import Dashboard
 from bridge.http.hooks import HookEndpoint
+from bridge.http.logs_page import LogsPage
 from bridge.http.pages import Pages
 from bridge.http.pairing_api import PairingApi
 from bridge.http.policy_edit import PolicyEditor
+from bridge.http.tasks_page import TasksPage
+from bridge.http.tools_page import ToolsPage
+from bridge.http.webchat import WebChat
 from bridge.metrics import CONTENT_TYPE_LATEST
 from bridge.serving import ConnectionLimits, LimitedServer
 
@@ -91,7 +95,10 @@ class AdminServer:
         PairingApi(self.bridge).routes(app)
         self.editor.routes(app)
         read_only = self.editor.read_only
-        Dashboard(self.bridge, self._platforms, self.pages, self.auth.csrf, read_only=read_only).routes(app)
+        dashboard = Dashboard(self.bridge, self._platforms, self.pages, self.auth.csrf, read_only=read_only)
+        dashboard.routes(app)
+        for page in (LogsPage, TasksPage, ToolsPage, WebChat):
+            page(self.bridge, dashboard.render).routes(app)
         if self.bridge.hooks.hooks:
             for method, path, handler in HookEndpoint(self.bridge.hooks).routes():
                 app.router.add_route(method, path, handler)
