@@ -139,6 +139,12 @@ class DeliveryRefused(PlatformError):
     courier marks the row failed with `str()` (the platform's reason, once) and logs one WARNING."""
 
 
+class DeliveryUncertain(PlatformError):
+    """A send failed in a way that may still have delivered it: the request went out and no answer
+    came back in time (a read timeout). The courier marks the row `uncertain`, not `failed`, so the
+    dashboard's Retry says it may show twice; `str()` is the platform's reason."""
+
+
 class Unsupported(PlatformError):
     """An optional operation this platform does not offer: the default of each one in bridge.platform.
     The core expects it where an operation is optional (streaming, downloads, sending without

@@ -12,7 +12,7 @@ import httpx
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.warnings import PTBDeprecationWarning
 
-from bridge.errors import DeliveryRefused
+from bridge.errors import DeliveryRefused, DeliveryUncertain
 from bridge.retry import GIVE_UP, RETRY, Backoff, Verdict, retry_after
 
 MAX_ATTEMPTS = 5
@@ -54,9 +54,15 @@ def classify(exc: BaseException) -> Verdict:
 @contextmanager
 def refusals() -> Iterator[None]:
     """Telegram's final refusals of a chat (the user blocked the bot, it was removed from the group, no
-    such chat) as the core's DeliveryRefused, with Telegram's reason once: a WARNING, not a traceback."""
+    such chat) as the core's DeliveryRefused, with Telegram's reason once: a WARNING, not a traceback.
+    A read timeout, which a message is not sent again after (it may have arrived), is the core's
+    DeliveryUncertain."""
     try:
         yield
+    except TimedOut as exc:
+        if _surely_unsent(exc):
+            raise
+        raise DeliveryUncertain(f"no answer from Telegram in time, so it may have arrived ({exc})") from exc
     except Forbidden as exc:
         raise DeliveryRefused(exc.message) from exc
     except BadRequest as exc:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from bridge.errors import AdapterLifecycleError, DeliveryRefused
+from bridge.errors import AdapterLifecycleError, DeliveryRefused, DeliveryUncertain
 from bridge.events import Outbound, OutboundKind, OutFile, Route
 from bridge.live import LiveEvents
 from bridge.platform import Sender
@@ -134,7 +134,7 @@ class Courier:
             if row.item.part == 0:
                 item_failed = False
             if item_failed:
-                await self._mark(row.id, "failed", reason=EARLIER_PART_FAILED)
+                await self._mark(row, "failed", reason=EARLIER_PART_FAILED)
                 ids.append(None)
                 continue
             try:
@@ -148,7 +148,7 @@ class Courier:
                     len(rows) - len(ids),
                     exc,
                 )
-                await self._mark(row.id, "pending")
+                await self._mark(row, "pending")
                 return ids + [None] * (len(rows) - len(ids))
             if not ok:
                 item_failed = True
@@ -160,9 +160,9 @@ class Courier:
         sender = self.senders.get(item.surface)
         if sender is None:
             log.error("no adapter for surface %s; %s not delivered", item.surface, item.kind)
-            await self._mark(row.id, "failed", reason=f"no adapter for surface {item.surface}")
+            await self._mark(row, "failed", reason=f"no adapter for surface {item.surface}")
             return None, False
-        await self._mark(row.id, "sending")
+        await self._mark(row, "sending")
         out = outbound_of(row)
         try:
             if out.file is not None:
@@ -188,15 +188,28 @@ class Courier:
                 item.chat_id,
                 exc,
             )
-            await self._mark(row.id, "failed", reason=str(exc)[:500])
+            await self._mark(row, "failed", reason=str(exc)[:500])
+            return None, False
+        except DeliveryUncertain as exc:
+            # Not sent again by itself: the user may have it. The dashboard offers a Retry that says so.
+            log.warning(
+                "%s row %d for %s (chat %s) may have reached %s; marked uncertain: %s",
+                item.kind,
+                row.id,
+                item.session_key or "no session",
+                item.chat_id,
+                item.surface,
+                exc,
+            )
+            await self._mark(row, "uncertain", reason=str(exc)[:500])
             return None, False
         except Exception as exc:
             log.exception(
                 "sending %s row %d to %s (chat %s) failed", item.kind, row.id, item.surface, item.chat_id
             )
-            await self._mark(row.id, "failed", reason=_reason(exc)[:500])
+            await self._mark(row, "failed", reason=_reason(exc)[:500])
             return None, False
-        await self._mark(row.id, "sent", platform_msg_id=message_id)
+        await self._mark(row, "sent", platform_msg_id=message_id)
         self.live.publish(
             "message_out",
             session_key=item.session_key,
@@ -209,17 +222,38 @@ class Courier:
 
     async def _mark(
         self,
-        row_id: int,
+        row: OutboxRow,
         state: OutboxState,
         *,
         platform_msg_id: str | None = None,
         reason: str | None = None,
     ) -> None:
-        if self.store is not None and row_id > 0:
+        if self.store is not None and row.id > 0:
             # Shielded: a cancel (shutdown) must not leave a chunk Telegram took marked `sending`.
             await asyncio.shield(
-                self.store.mark_outbox(row_id, state, platform_msg_id=platform_msg_id, reason=reason)
+                self.store.mark_outbox(row.id, state, platform_msg_id=platform_msg_id, reason=reason)
             )
+        if state != "sending":
+            # The dashboard's conversation and Outbox pages follow each row's state; a failure is a
+            # line on the overview's feed.
+            publish_delivery(self.live, row, state, reason)
+
+
+def publish_delivery(live: LiveEvents, row: OutboxRow, state: OutboxState, reason: str | None) -> None:
+    """A `delivery` live event: an outbox row reached `state` (sent, failed, uncertain, suppressed,
+    pending again), with the reason where there is one."""
+    item = row.item
+    said = f"{item.kind} {state}" + (f": {reason}" if reason else "")
+    live.publish(
+        "delivery",
+        row=row.id,
+        state=state,
+        kind=item.kind,
+        session_key=item.session_key,
+        surface=item.surface,
+        reason=reason,
+        text=said,
+    )
 
 
 def _reason(exc: BaseException) -> str:

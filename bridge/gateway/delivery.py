@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from bridge.events import Outbound, Route
 from bridge.gateway.activity import ActivityReporter
-from bridge.gateway.courier import Courier
+from bridge.gateway.courier import Courier, publish_delivery
 from bridge.gateway.policy import Decision, PolicyGate
 from bridge.gateway.streaming import DraftReply, LiveReply
 from bridge.platform import Sender
@@ -163,6 +163,8 @@ class Delivery:
         if not sendable:
             for row in rows:
                 log.info("%s for %s suppressed by %s", row.item.kind, row.item.session_key, row.item.reason)
+                if row.item.state == "suppressed":
+                    publish_delivery(self.courier.live, row, "suppressed", row.item.reason)
             return _resolved(None)
         sent = self.courier.submit(sendable)
         kind = sendable[0].item.kind
@@ -213,6 +215,7 @@ class Delivery:
                     "outbox row %d may have reached %s before a crash; not resent", row.id, item.surface
                 )
                 await self.store.mark_outbox(row.id, "uncertain", reason=UNCERTAIN_REASON)
+                publish_delivery(self.courier.live, row, "uncertain", UNCERTAIN_REASON)
                 continue
             by_chat[(item.surface, item.chat_id)].append(row)
         return [self.courier.submit(rows) for rows in by_chat.values()]

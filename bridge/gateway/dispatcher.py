@@ -223,19 +223,36 @@ class Dispatcher:
         if not owner and not (await self.gate.decide(key, inbound.surface)).processes:
             return None
         session = await self.sessions.active(inbound)
+        started, said = await self._answer_again(session, key, inbound.route)
+        return started if said is None else await self._notice(inbound.route, key, said)
+
+    async def answer_again(self, key: str) -> tuple[bool, str]:
+        """The dashboard's "Answer again": what /retry does, in the chat the session last spoke in.
+        Returns whether a run was started, and what happened in words."""
+        session = await self.sessions.active_for_key(key)
+        route = Route.from_json(session.last_route)
+        if route is None or self.delivery.sender(route.surface) is None:
+            return False, f"{key} can't be answered from this process (no chat of it on a platform here)."
+        started, said = await self._answer_again(session, key, dataclasses.replace(route, reply_to=None))
+        if said is not None:
+            return False, said
+        return started is not None, "Answering the last message again."
+
+    async def _answer_again(
+        self, session: SessionRow, key: str, route: Route
+    ) -> tuple[Done | None, str | None]:
+        """Run the session's last message again, or say why not: it has its answer, or a run is on."""
         last = await self.sessions.store.history(session.id, 1, chat_only=True)
         if not last or not (last[-1].kind == "user" or await self._cut_short(last[-1].run_id)):
-            return await self._notice(
-                inbound.route, key, "Nothing to retry: your last message has its answer."
-            )
+            return None, "Nothing to retry: your last message has its answer."
         busy = "I am still answering; /stop first if you want me to start over."
         if self.lanes.busy(key):
-            return await self._notice(inbound.route, key, busy)
-        job = functools.partial(self.run_turn, key, inbound.route, inbound.surface, force=True)
+            return None, busy
+        job = functools.partial(self.run_turn, key, route, route.surface, force=True)
         if self.share is not None:
             leased = await self.share.run_leased(key, job)
-            return leased if leased is not None else await self._notice(inbound.route, key, busy)
-        return self.lanes.schedule(key, job, merge=False)
+            return (leased, None) if leased is not None else (None, busy)
+        return self.lanes.schedule(key, job, merge=False), None
 
     async def _cut_short(self, run_id: str | None) -> bool:
         """Whether that run's answer broke off as it streamed (what was shown is stored)."""

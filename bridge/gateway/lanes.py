@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ class _Entry:
     # A chat message's job may absorb the next one (both read the same history); an agent-to-agent
     # turn never does: its reply goes to another session, not to this chat.
     merge: bool
+    # When its first message came: how long the chat has waited, for the dashboard.
+    queued_at: float = field(default_factory=time.time)
 
 
 @dataclass(slots=True)
@@ -45,6 +48,25 @@ class _Lane:
     queue: deque[_Entry] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
     current: asyncio.Task[None] | None = None
+    # Taken from the queue, waiting for a free run slot (max_concurrent_runs): still waiting.
+    next: _Entry | None = None
+    # When the run in progress began.
+    started_at: float | None = None
+
+    def waiting(self) -> list[_Entry]:
+        return ([self.next] if self.next is not None else []) + list(self.queue)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneState:
+    """A chat with a run in progress or messages waiting, as the dashboard shows it: since when."""
+
+    key: str
+    # When its run began; None while nothing runs (all run slots are taken).
+    running_since: float | None
+    waiting: int
+    # When the oldest message still waiting came; None when none waits.
+    waiting_since: float | None
 
 
 class Lanes:
@@ -66,7 +88,7 @@ class Lanes:
     def queued(self, key: str) -> int:
         """Messages of the key waiting for a run (the running one not counted)."""
         lane = self._lanes.get(key)
-        return sum(len(entry.waiters) for entry in lane.queue) if lane else 0
+        return sum(len(entry.waiters) for entry in lane.waiting()) if lane else 0
 
     def running(self) -> int:
         """Runs in progress, all keys together."""
@@ -76,10 +98,17 @@ class Lanes:
         """Messages waiting for a run, all keys together."""
         return sum(self.queued(key) for key in self._lanes)
 
-    def active(self) -> list[tuple[str, bool, int]]:
-        """Each key with a run in progress or messages waiting: (key, running, waiting)."""
-        states = ((key, self.busy(key), self.queued(key)) for key in list(self._lanes))
-        return [state for state in states if state[1] or state[2]]
+    def active(self) -> list[LaneState]:
+        """Each key with a run in progress or messages waiting, the longest-running first."""
+        states = []
+        for key, lane in list(self._lanes.items()):
+            waiting = lane.waiting()
+            running = lane.started_at if self.busy(key) else None
+            if running is None and not waiting:
+                continue
+            since = min((entry.queued_at for entry in waiting), default=None)
+            states.append(LaneState(key, running, self.queued(key), since))
+        return sorted(states, key=lambda state: min(state.running_since or 1e18, state.waiting_since or 1e18))
 
     def schedule(self, key: str, job: Job, *, merge: bool = True) -> asyncio.Future[None]:
         """Run `job` in the key's lane (after the work queued before it); the future resolves when
@@ -99,8 +128,10 @@ class Lanes:
     async def _drain(self, key: str, lane: _Lane) -> None:
         try:
             while lane.queue:
-                entry = lane.queue.popleft()
+                entry = lane.next = lane.queue.popleft()
                 async with self._slots:
+                    lane.next = None
+                    lane.started_at = time.time()
                     lane.current = asyncio.create_task(entry.job(), name=f"run:{key}")
                     try:
                         await lane.current
@@ -113,14 +144,15 @@ class Lanes:
                     except Exception:
                         log.exception("run in lane %s failed", key)
                     finally:
-                        lane.current = None
+                        lane.current = lane.started_at = None
                         _resolve(entry.waiters)
         finally:
             # Whatever ended the worker, its lane goes with it: a lane left behind with a finished
             # worker would make idle() wait on it forever.
-            for entry in lane.queue:
+            for entry in lane.waiting():
                 _resolve(entry.waiters)
             lane.queue.clear()
+            lane.next = None
             if self._lanes.get(key) is lane:
                 del self._lanes[key]
 

@@ -6,11 +6,13 @@ import asyncio
 import dataclasses
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from bridge.errors import SessionKeyError
+from bridge.gateway.courier import publish_delivery
 from bridge.http.replies import bad_request, body_of, not_found
 from bridge.http.views import (
     MAX_LIMIT,
@@ -19,6 +21,7 @@ from bridge.http.views import (
     find_sessions,
     outbox_json,
     outbox_state,
+    queues_json,
     run_detail,
     session_detail,
 )
@@ -48,6 +51,8 @@ class AdminApi:
         add.add_post("/api/sessions/{key}/clear", self.clear)
         add.add_post("/api/sessions/{key}/send", self.send)
         add.add_post("/api/sessions/{key}/stop", self.stop)
+        add.add_post("/api/sessions/{key}/retry", self.answer_again)
+        add.add_get("/api/queues", self.queues)
         add.add_get("/api/runs", self.runs)
         add.add_get("/api/runs/{run_id}", self.run)
         add.add_get("/api/outbox", self.outbox)
@@ -88,6 +93,19 @@ class AdminApi:
         said = await self.bridge.commands.stop(row.key)
         return web.json_response({"ok": True, "said": said})
 
+    async def answer_again(self, request: web.Request) -> web.Response:
+        """What /retry does in the chat: answer the session's last message again (after a failed or
+        interrupted run). 409 with the reason where there is nothing to answer or a run is on."""
+        row = await self._active(request)
+        started, said = await self.bridge.dispatcher.answer_again(row.key)
+        if not started:
+            return web.json_response({"ok": False, "error": "not_started", "detail": said}, status=409)
+        return web.json_response({"ok": True, "said": said})
+
+    async def queues(self, request: web.Request) -> web.Response:
+        """Chats with a run in progress or messages waiting in this process, with since when."""
+        return web.json_response({"queues": queues_json(self.bridge, time.time())})
+
     async def _active(self, request: web.Request) -> SessionRow:
         # An owner's DM key names main here as everywhere (bridge.sessions.authority).
         key = self.bridge.authorities.canonical(_key(request))
@@ -124,22 +142,27 @@ class AdminApi:
         return web.json_response({"outbox": [outbox_json(row) for row in reversed(rows)]})
 
     async def retry(self, request: web.Request) -> web.Response:
-        """Send a failed row again, after what its chat already waits for."""
+        """Send a failed row again, after what its chat already waits for; or an uncertain one, which
+        may then show twice (the dashboard says so before it asks)."""
         try:
             row_id = int(request.match_info["row_id"])
         except ValueError:
             raise bad_request("the row id is a number") from None
-        # Failed to pending in one conditional write: two retries at once send it once.
+        # Failed (or uncertain) to pending in one conditional write: two retries at once send it once.
         row = await self.bridge.store.reopen_failed(row_id, "retried from the admin API")
         if row is None:
-            raise not_found(f"no failed reply or notice {row_id} (tool activity is never sent again)")
+            raise not_found(
+                f"no failed or uncertain reply or notice {row_id} (tool activity is never sent again)"
+            )
+        publish_delivery(self.bridge.live, row, "pending", "retried from the admin API")
         self.bridge.delivery.deliver([row])
         return web.json_response({"ok": True, "row": outbox_json(row)})
 
     # ------------------------------------------------------------------ live
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        """Server-sent events: message_in, run_started, tool, run_finished and message_out, as they
+        """Server-sent events: message_in, run_started, tool, run_finished, message_out and delivery
+        (an outbox row's new state: sent, failed, uncertain, suppressed, pending again), as they
         happen in this process; a comment every KEEPALIVE_S keeps proxies from closing the stream."""
         response = web.StreamResponse(
             headers={

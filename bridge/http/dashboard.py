@@ -17,6 +17,7 @@ from bridge.http.views import (
     find_sessions,
     outbox_json,
     outbox_state,
+    queues_json,
     run_detail,
     session_detail,
 )
@@ -95,7 +96,7 @@ class Dashboard:
             "overview",
             running=bridge.lanes.running(),
             waiting=bridge.lanes.depth(),
-            lanes=bridge.lanes.active(),
+            lanes=queues_json(bridge, now),
             turns_per_minute=len(finished) / (TURNS_WINDOW_S / 60),
             errors=errors,
             outbox=await bridge.store.outbox_counts(),
@@ -127,7 +128,8 @@ class Dashboard:
         if row is None:
             return self.render("missing.html", "sessions", status=404, what=f"No session {key}.")
         detail = await session_detail(self.bridge, row, CHAT_MESSAGES)
-        return self.render("session.html", "sessions", key=key, chat=chat_of(detail["history"]), **detail)
+        chat = chat_of(detail["history"], detail["delivery"])
+        return self.render("session.html", "sessions", key=key, chat=chat, **detail)
 
     async def runs(self, request: web.Request) -> web.Response:
         key = request.query.get("session") or None
@@ -182,12 +184,21 @@ class Dashboard:
         )
 
 
-def chat_of(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def chat_of(history: list[dict[str, Any]], delivery: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """History rows as chat entries: user and assistant bubbles, and each tool call joined with its
-    result into one foldable entry (results are found by call id; a call with none is still shown)."""
+    result into one foldable entry (results are found by call id; a call with none is still shown).
+
+    With `delivery` (views.delivery_of), each run's answer carries how its sending went, and what
+    the bot said outside the history (notices: command answers, failures) is placed by its time,
+    so the conversation shows what the chat was sent, and what it was not."""
     entries: list[dict[str, Any]] = []
     calls: dict[str, dict[str, Any]] = {}
+    replies = (delivery or {}).get("replies", {})
+    notices = sorted((delivery or {}).get("notices", []), key=lambda notice: notice["created_at"])
+    answers: dict[str, dict[str, Any]] = {}
     for row in history:
+        while notices and notices[0]["created_at"] < row["created_at"]:
+            entries.append(_notice_entry(notices.pop(0)))
         kind = row["kind"]
         if kind == "tool_call":
             entry = {"kind": "tool", "row": row, "result": None}
@@ -200,8 +211,20 @@ def chat_of(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             else:
                 entries.append({"kind": "tool", "row": row, "result": row})
         else:
-            entries.append({"kind": kind, "row": row})
+            entry = {"kind": kind, "row": row}
+            if kind == "assistant" and row.get("run_id") in replies:
+                # A run's answer is its last assistant row; text before its tool calls is not sent.
+                answers[row["run_id"]] = entry
+            entries.append(entry)
+    for run_id, entry in answers.items():
+        entry["delivery"] = replies[run_id]
+    entries.extend(_notice_entry(notice) for notice in notices)
     return entries
+
+
+def _notice_entry(notice: dict[str, Any]) -> dict[str, Any]:
+    row = {"content": notice["text"], "created_at": notice["created_at"]}
+    return {"kind": "notice", "row": row, "delivery": notice}
 
 
 def timeline(trace: dict[str, Any]) -> list[Bar]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from typing import Any
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
@@ -43,6 +44,8 @@ class Pages:
         self.env.filters.update(
             when=self.when,
             ms=duration,
+            age=age,
+            ago=lambda stamp: age(time.time() - stamp) if stamp else "—",
             path=path_part,
             pretty=pretty_json,
             short=shorten,
@@ -75,6 +78,19 @@ def duration(ms: float | None) -> str:
     if ms < 60_000:
         return f"{ms / 1000:.1f} s"
     return f"{ms / 60_000:.1f} min"
+
+
+def age(seconds: float | None) -> str:
+    """How long something has run or waited, as an operator reads it at a glance: 8 s, 3 min 5 s,
+    2 h 10 min."""
+    if seconds is None:
+        return "—"
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
 def path_part(value: str) -> str:

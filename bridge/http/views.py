@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 MAX_LIMIT = 500
 OUTBOX_STATES: frozenset[OutboxState] = frozenset(get_args(OutboxState))
+# How a message's chunks sum up: the worst state of any of them, worst first.
+_WORST_FIRST: tuple[OutboxState, ...] = ("failed", "uncertain", "suppressed", "sending", "pending", "sent")
+# Outbox rows a session page reads to show how its messages went: a page of history's worth.
+SESSION_OUTBOX_ROWS = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +71,11 @@ async def session_detail(bridge: Bridge, row: SessionRow, limit: int) -> dict[st
     place = Place.of(row.key, row.surface)
     decision = bridge.gate.decide_for(row.key, row.surface, row)
     runs = await store.list_runs(session_key=row.key, limit=20)
+    sent = await store.outbox(session_id=row.id, newest=SESSION_OUTBOX_ROWS)
     return {
         "session": session_json(row),
         "history": [dataclasses.asdict(message) for message in history],
+        "delivery": delivery_of(sent),
         "loaded_groups": sorted(bridge.registry.known_groups(loaded.groups)),
         "loaded_skills": sorted(bridge.settings.skills.catalog.known(loaded.skills)),
         "memories": await store.memories(row.key, bridge.settings.agent.memory_limit),
@@ -121,3 +127,46 @@ def session_kind(key: str) -> str:
         return str(key_kind(key))
     except SessionKeyError:
         return "unknown"
+
+
+def delivery_of(rows: list[OutboxRow]) -> dict[str, Any]:
+    """How a session's messages went, from its outbox rows: `replies` by run id (a reply's chunks
+    summed up: its worst state, the reason, the rows that may be sent again) and `notices` (what the
+    bot said outside its history: command answers, failures, refusals), each with its state."""
+    by_run: dict[str, list[OutboxRow]] = {}
+    notices = []
+    for row in rows:
+        item = row.item
+        if item.kind == "reply" and item.run_id:
+            by_run.setdefault(item.run_id, []).append(row)
+        elif item.kind == "notice":
+            notices.append({**summed([row]), "text": item.text, "created_at": row.created_at})
+    return {"replies": {run: summed(chunks) for run, chunks in by_run.items()}, "notices": notices}
+
+
+def summed(rows: list[OutboxRow]) -> dict[str, Any]:
+    """One message's delivery from its chunks: the worst state, its reason, and the rows to retry."""
+    states = {row.item.state for row in rows}
+    state = next((s for s in _WORST_FIRST if s in states), "sent")
+    reason = next((row.item.reason for row in rows if row.item.state == state and row.item.reason), None)
+    retry = [
+        {"id": row.id, "part": row.item.part, "parts": row.item.parts, "state": row.item.state}
+        for row in rows
+        if row.item.state in ("failed", "uncertain")
+    ]
+    return {"state": state, "reason": reason, "retry": retry}
+
+
+def queues_json(bridge: Bridge, now: float) -> list[dict[str, Any]]:
+    """Chats with a run in progress or messages waiting in this process, with how long each has run
+    and waited (seconds), longest first."""
+    return [
+        {
+            "session_key": lane.key,
+            "running": lane.running_since is not None,
+            "running_s": now - lane.running_since if lane.running_since is not None else None,
+            "waiting": lane.waiting,
+            "waiting_s": now - lane.waiting_since if lane.waiting_since is not None else None,
+        }
+        for lane in bridge.lanes.active()
+    ]

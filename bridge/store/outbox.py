@@ -41,14 +41,16 @@ class OutboxTable(Database):
         )
 
     async def reopen_failed(self, row_id: int, reason: str) -> OutboxRow | None:
-        """A `failed` reply or notice made `pending` again, for this worker to send; None when the row
-        is not failed (already retried, by another request too: only one of them gets it) or is
-        tool activity, which is never sent late."""
+        """A `failed` or `uncertain` reply or notice made `pending` again, for this worker to send;
+        None when the row is neither (already retried, by another request too: only one of them gets
+        it) or is tool activity, which is never sent late. An uncertain row may have arrived: whoever
+        asks has been told it may show twice."""
         columns = f"id, platform_msg_id, created_at, {', '.join(_OUTBOX_FIELDS)}"
         found = await self._write(
             lambda conn: conn.execute(
                 "UPDATE outbox SET state = 'pending', reason = ?, worker_id = ?, updated_at = ? "
-                f"WHERE id = ? AND state = 'failed' AND kind != 'activity' RETURNING {columns}",
+                "WHERE id = ? AND state IN ('failed', 'uncertain') AND kind != 'activity' "
+                f"RETURNING {columns}",
                 (reason, self.worker_id, time.time(), row_id),
             ).fetchone()
         )

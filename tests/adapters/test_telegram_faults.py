@@ -85,3 +85,23 @@ async def test_a_user_who_blocked_the_bot_is_one_warning_naming_the_chat_and_the
     assert f"row {row_id} " in line and f"chat {OWNER}" in line and "main" in line
     assert line.count("Forbidden") == 1
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+
+
+async def test_a_reply_whose_send_timed_out_reading_is_uncertain_and_not_sent_again(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Telegram took the request and never answered (a read timeout): it may have the message, and a
+    # message has no idempotency key, so it is neither resent nor called failed.
+    fake_llm.push(fake.text("did you get this?"))
+    async with rig(fake_llm, stream=False) as r:
+        tg.fail_next("sendMessage", "hang")
+        tg.dm(OWNER, "hello")
+        db = tmp_path / "bridge.db"
+        await tg.wait_for(lambda: rows(db, "SELECT state FROM outbox") == [("uncertain",)], 20)
+        assert r is not None
+    [(reason,)] = rows(db, "SELECT reason FROM outbox")
+    assert "may have arrived" in reason
+    assert len([c for c in tg.calls if c[0] == "sendmessage"]) == 1
+    uncertain = [r for r in caplog.records if "uncertain" in r.getMessage()]
+    assert [r.levelno for r in uncertain] == [logging.WARNING]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []

@@ -78,6 +78,8 @@ function refresh() {
 }
 
 const FEED_LIMIT = 100;
+// Delivery states the live feed leaves out: the ordinary course of a message.
+const QUIET_STATES = ["sent", "pending"];
 
 function feed(kind, data) {
   const list = document.getElementById("feed");
@@ -102,11 +104,12 @@ function watch() {
   if (!scope || !window.EventSource) return;
   const session = document.body.dataset.session;
   const stream = new EventSource("/api/events");
-  for (const kind of ["message_in", "message_out", "run_started", "run_finished", "tool"]) {
+  for (const kind of ["message_in", "message_out", "run_started", "run_finished", "tool", "delivery"]) {
     stream.addEventListener(kind, (event) => {
       const data = JSON.parse(event.data);
       if (scope === "session" && data.session_key !== session) return;
-      feed(kind, data);
+      // A row that went out is already on the feed as "message out"; what did not go out is news.
+      if (kind !== "delivery" || QUIET_STATES.indexOf(data.state) < 0) feed(kind, data);
       refresh();
     });
   }
