@@ -440,7 +440,8 @@ class TelegramAdapter(Adapter):
                 if "not modified" not in str(exc).lower():
                     raise
 
-        await self._retrying(call, what="edit", idempotent=True)
+        with refusals():
+            await self._retrying(call, what="edit", idempotent=True)
 
     async def typing(self, route: Route) -> None:
         params = self._params(route)

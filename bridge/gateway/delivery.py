@@ -9,6 +9,7 @@ import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 
+from bridge.errors import DeliveryRefused
 from bridge.events import Outbound, Route
 from bridge.gateway.activity import ActivityReporter
 from bridge.gateway.courier import Courier, publish_delivery
@@ -258,6 +259,11 @@ class Delivery:
             return
         try:
             await sender.edit(route, message_id, text)
+        except DeliveryRefused as exc:
+            # The chat refuses the bot now (blocked, removed): the send that follows says so once.
+            log.warning(
+                "%s refused an edit in %s (chat %s): %s", route.surface, session_key, route.chat_id, exc
+            )
         except Exception:
             log.exception("editing a message on %s failed", route.surface)
 

@@ -371,3 +371,32 @@ async def test_connected_for_sending_only_it_sends_edits_and_types_without_a_gat
         assert dc.identify_count == 1
     finally:
         await adapter.stop()
+
+
+async def test_a_channel_discord_refuses_is_one_warning_and_the_reply_is_marked_failed(
+    rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_llm.push(fake.text("nobody will read this"), fake.text("read this"))
+    # Sent whole, not streamed into a draft: the reply is the one send the fault refuses.
+    async with rig(fake_llm, configure=lambda settings: setattr(settings.llm, "stream", False)) as r:
+        dc.fail_next("POST /channels/{id}/messages", "403")
+        asked = dc.dm(OWNER, "hi")
+        channel = asked["channel_id"]
+
+        async def failed() -> list[Any]:
+            rows = await r.bridge.store.outbox(state="failed")
+            return [row for row in rows if row.item.kind == "reply"]
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await failed():
+            assert asyncio.get_running_loop().time() < deadline, "the refused reply was never marked failed"
+            await asyncio.sleep(0.05)
+        [row] = await failed()
+        assert "Missing Access" in (row.item.reason or "")
+        dc.dm(OWNER, "and now?")
+        [reply] = await r.bot_sent(channel, 1, within=10)
+    assert reply["content"] == "read this"
+    refused = [rec for rec in caplog.records if "refused" in rec.getMessage()]
+    assert [rec.levelno for rec in refused] == [30]
+    assert f"row {row.id} " in refused[0].getMessage()
+    assert [rec for rec in caplog.records if rec.levelno >= 40 or rec.exc_info] == []

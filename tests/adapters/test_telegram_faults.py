@@ -105,3 +105,18 @@ async def test_a_reply_whose_send_timed_out_reading_is_uncertain_and_not_sent_ag
     uncertain = [r for r in caplog.records if "uncertain" in r.getMessage()]
     assert [r.levelno for r in uncertain] == [logging.WARNING]
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+
+
+async def test_an_edit_telegram_refuses_is_one_warning_and_the_reply_still_goes(
+    rig: RigFactory, tg: FakeTelegram, fake_llm: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_llm.push(fake.tool_call("get_current_time", {}), fake.text("It is noon."))
+    async with rig(fake_llm, stream=False) as r:
+        tg.fail_next("editMessageText", "403", description="Forbidden: bot was kicked from the group chat")
+        tg.dm(OWNER, "time?")
+        _, reply = await r.sent_to(OWNER, 2)
+    assert reply["text"] == "It is noon."
+    refused = [r for r in caplog.records if "refused an edit" in r.getMessage()]
+    assert [r.levelno for r in refused] == [logging.WARNING]
+    assert "kicked" in refused[0].getMessage() and "main" in refused[0].getMessage()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []

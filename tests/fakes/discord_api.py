@@ -27,7 +27,7 @@ from aiohttp import BodyPartReader, WSMsgType, web
 
 from devkit.fakes.loopback import LoopbackServer
 
-FaultKind = Literal["429", "500", "502", "503", "drop"]
+FaultKind = Literal["429", "403", "500", "502", "503", "drop"]
 Snowflake = int | str
 
 DISCORD_EPOCH_MS = 1_420_070_400_000
@@ -552,9 +552,10 @@ class FakeDiscord(LoopbackServer):
         """Make the next `times` requests to a route (e.g. "POST /channels/{id}/messages") fail.
 
         "429" → a user-scope rate limit asking for retry_after seconds; "500"/"502"/"503" → a
-        server error; "drop" → the connection closes with no response. Nothing is created.
+        server error; "403" → Missing Access (the bot can't see or write in the channel); "drop" →
+        the connection closes with no response. Nothing is created.
         """
-        if kind not in ("429", "500", "502", "503", "drop"):
+        if kind not in ("429", "403", "500", "502", "503", "drop"):
             raise ValueError(f"unknown fault kind {kind!r}")
         method, path = key.split(" ", 1)
         self._faults[route_key(method, path)].extend([(kind, retry_after)] * times)
@@ -1081,6 +1082,8 @@ class FakeDiscord(LoopbackServer):
                 "Via": "1.1 google",
             }
             return self._json(429, body, bucket=bucket, headers=headers)
+        if kind == "403":
+            return self._json(403, {"message": "Missing Access", "code": 50001}, bucket=bucket)
         reasons = {"500": "Internal Server Error", "502": "Bad Gateway", "503": "Service Unavailable"}
         return self._json(int(kind), {"message": f"{kind}: {reasons[kind]}", "code": 0}, bucket=bucket)
 
