@@ -194,7 +194,10 @@ def chat_of(history: list[dict[str, Any]], delivery: dict[str, Any] | None = Non
     entries: list[dict[str, Any]] = []
     calls: dict[str, dict[str, Any]] = {}
     replies = (delivery or {}).get("replies", {})
-    notices = sorted((delivery or {}).get("notices", []), key=lambda notice: notice["created_at"])
+    notices = sorted(
+        [*(delivery or {}).get("notices", []), *_unanswered(history, replies)],
+        key=lambda notice: notice["created_at"],
+    )
     answers: dict[str, dict[str, Any]] = {}
     for row in history:
         while notices and notices[0]["created_at"] < row["created_at"]:
@@ -220,6 +223,14 @@ def chat_of(history: list[dict[str, Any]], delivery: dict[str, Any] | None = Non
         entry["delivery"] = replies[run_id]
     entries.extend(_notice_entry(notice) for notice in notices)
     return entries
+
+
+def _unanswered(history: list[dict[str, Any]], replies: dict[str, Any]) -> list[dict[str, Any]]:
+    """Replies of runs that left no answer in the history (a failed run's notice), as notices, from
+    the time the history shown begins."""
+    answered = {row.get("run_id") for row in history if row["kind"] == "assistant"}
+    since = history[0]["created_at"] if history else 0.0
+    return [reply for run, reply in replies.items() if run not in answered and reply["created_at"] >= since]
 
 
 def _notice_entry(notice: dict[str, Any]) -> dict[str, Any]:

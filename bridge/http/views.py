@@ -140,7 +140,7 @@ def delivery_of(rows: list[OutboxRow]) -> dict[str, Any]:
         if item.kind == "reply" and item.run_id:
             by_run.setdefault(item.run_id, []).append(row)
         elif item.kind == "notice":
-            notices.append({**summed([row]), "text": item.text, "created_at": row.created_at})
+            notices.append(summed([row]))
     return {"replies": {run: summed(chunks) for run, chunks in by_run.items()}, "notices": notices}
 
 
@@ -154,7 +154,9 @@ def summed(rows: list[OutboxRow]) -> dict[str, Any]:
         for row in rows
         if row.item.state in ("failed", "uncertain")
     ]
-    return {"state": state, "reason": reason, "retry": retry}
+    # The text as sent (a failed run's answer is its failure notice, which is in no history row).
+    text = "".join(row.item.text for row in rows)
+    return {"state": state, "reason": reason, "retry": retry, "text": text, "created_at": rows[0].created_at}
 
 
 def queues_json(bridge: Bridge, now: float) -> list[dict[str, Any]]:
@@ -164,6 +166,8 @@ def queues_json(bridge: Bridge, now: float) -> list[dict[str, Any]]:
         {
             "session_key": lane.key,
             "running": lane.running_since is not None,
+            "running_since": lane.running_since,
+            "waiting_since": lane.waiting_since,
             "running_s": now - lane.running_since if lane.running_since is not None else None,
             "waiting": lane.waiting,
             "waiting_s": now - lane.waiting_since if lane.waiting_since is not None else None,

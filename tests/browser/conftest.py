@@ -80,14 +80,16 @@ class Site:
 
 @asynccontextmanager
 async def bridge_site(
-    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, extra: str = ""
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, extra: str = "", *, stream: bool = True
 ) -> AsyncIterator[Site]:
     """`bridge run` on Telegram with the admin server on a free port and a known token; `extra` lines
-    go into [telegram] (or start sections of their own). The config file starts with a comment, which
-    the policy editor must keep."""
+    go into [telegram] (or start sections of their own); `stream=False` sends replies whole. The config
+    file starts with a comment, which the policy editor must keep."""
     port = free_port()
     admin = f'[admin]\nenabled = true\nport = {port}\ntoken = "{TOKEN}"\n'
-    config = telegram_run_config(tmp_path, OWNER, tg.token, tg.api_base, llm.base_url, extra + admin)
+    config = telegram_run_config(
+        tmp_path, OWNER, tg.token, tg.api_base, llm.base_url, extra + admin, stream=stream
+    )
     config.write_text("# Bridge for the browser tests: keep this comment\n" + config.read_text())
     async with bridge_running(tmp_path, config):
         await tg.wait_for(lambda: tg.open_polls > 0, timeout=30)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ async def test_a_refused_reply_is_marked_failed_in_the_conversation_live_and_ret
     assert [event["state"] for event in delivery_events(seen, "pending")] == ["pending"]
     assert harness.sender.of("reply") == ["the answer"]
     now = (await client.get("/api/sessions/main")).json()["delivery"]["replies"][run_id]
-    assert (now["state"], now["retry"]) == ("sent", [])
+    assert (now["state"], now["retry"], now["text"]) == ("sent", [], "the answer")
     assert 'class="pill sent"' in (await client.get("/sessions/main")).text
 
 
@@ -187,7 +188,7 @@ async def test_queues_show_how_long_a_chat_has_run_and_waited_with_stop_in_the_r
     assert lane["running_s"] >= 0 and lane["waiting_s"] >= 0
     overview = (await client.get("/")).text
     queues = overview.split("<h2>Queues</h2>", 1)[1].split("</table>", 1)[0]
-    assert "for 0 s" in queues or "for 1 s" in queues
+    assert re.search(r'for <span data-since="[\d.]+">[01] s</span>', queues), queues
     assert "1 message, the oldest for" in queues
     assert 'data-api="POST /api/sessions/main/stop"' in queues
     runs = (await client.get("/runs")).text

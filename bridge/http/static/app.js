@@ -116,6 +116,25 @@ function watch() {
   stream.addEventListener("open", () => document.body.classList.add("connected"));
 }
 
+// ---------------------------------------------------------------- ages that count up
+
+// How long a run has run or a message waited, as the server writes it (pages.py `age`), kept
+// current between refreshes: <span data-since="unix seconds">.
+function age(seconds) {
+  const whole = Math.max(0, Math.floor(seconds));
+  if (whole < 60) return `${whole} s`;
+  if (whole < 3600) return `${Math.floor(whole / 60)} min ${whole % 60} s`;
+  return `${Math.floor(whole / 3600)} h ${Math.floor((whole % 3600) / 60)} min`;
+}
+
+function tick() {
+  const now = Date.now() / 1000;
+  for (const element of document.querySelectorAll("[data-since]")) {
+    const since = Number(element.dataset.since);
+    if (since) element.textContent = age(now - since);
+  }
+}
+
 // ---------------------------------------------------------------- the send-policy editor
 
 function draft(form) {
@@ -178,3 +197,4 @@ function policyEditor() {
 
 watch();
 policyEditor();
+setInterval(tick, 1000);
