@@ -1,5 +1,6 @@
-"""Prometheus metrics of one Bridge: runs, model requests, tool calls, tokens, queues and the outbox; the
-process (memory, CPU, open files), Python's garbage collector, and the version that runs."""
+"""Prometheus metrics of one Bridge: runs, model requests, tool calls, tokens, queues, the outbox, task
+firings and webhook events; the process (memory, CPU, open files), Python's garbage collector, and the
+version that runs."""
 
 from __future__ import annotations
 
@@ -21,10 +22,15 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from bridge.store.base import OutboxState
+from bridge.store.hooks import HookState
+from bridge.store.tasks import FiringState
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
 OUTBOX_STATES: tuple[OutboxState, ...] = ("pending", "sending", "sent", "suppressed", "failed", "uncertain")
+# How a task's firing can end (bridge.store.tasks): each shown from the start, at 0, so a rate of
+# errors or misses is defined before the first one.
+FIRING_ENDS: tuple[FiringState, ...] = ("ok", "error", "missed", "interrupted")
 # A run takes from a few milliseconds (an instant model) to minutes (a slow model and many tools).
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 MODEL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -79,6 +85,20 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
+        self.task_firings = Counter(
+            "bridge_task_firings",
+            "Scheduled tasks' firings that ended, by state (ok, error, missed, interrupted).",
+            ["state"],
+            registry=r,
+        )
+        for state in FIRING_ENDS:
+            self.task_firings.labels(state)
+        self.hook_events = Counter(
+            "bridge_hook_events",
+            "Webhook events whose run ended, by hook and state (ok, error, interrupted).",
+            ["hook", "state"],
+            registry=r,
+        )
         self.running = Gauge("bridge_runs_in_progress", "Runs in progress in this process.", registry=r)
         self.queued = Gauge("bridge_queue_depth", "Messages waiting for a run in this process.", registry=r)
         self.outbox = Gauge("bridge_outbox_rows", "Outbox rows, by state.", ["state"], registry=r)
@@ -107,6 +127,12 @@ class Metrics:
 
     def attachment(self, kind: str, outcome: str) -> None:
         self.attachments.labels(kind, outcome).inc()
+
+    def task_firing(self, state: FiringState) -> None:
+        self.task_firings.labels(state).inc()
+
+    def hook_event(self, hook: str, state: HookState) -> None:
+        self.hook_events.labels(hook, state).inc()
 
     def watch(self, running: Callable[[], int], queued: Callable[[], int]) -> None:
         """Where the gauges of runs in progress and of the queue read their values at a scrape."""

@@ -122,7 +122,7 @@ class Bridge:
         self.tasks.authorities = self.hooks.authorities = self.authorities
         self.runner.tasks = self.tasks
         self.metrics = Metrics()
-        self.runner.metrics = self.metrics
+        self.runner.metrics = self.tasks.metrics = self.hooks.metrics = self.metrics
         self.live = LiveEvents()
         self.runner.live = self.delivery.courier.live = self.live
         self.metrics.watch(self.lanes.running, self.lanes.depth)

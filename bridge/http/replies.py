@@ -20,6 +20,19 @@ def not_found(detail: str) -> web.HTTPNotFound:
     )
 
 
+def forbidden(detail: str) -> web.HTTPForbidden:
+    return web.HTTPForbidden(
+        text=json.dumps({"error": "forbidden", "detail": detail}), content_type="application/json"
+    )
+
+
+def conflict(detail: str) -> web.HTTPConflict:
+    """The request is understood, but what it names is in a state that does not allow it."""
+    return web.HTTPConflict(
+        text=json.dumps({"error": "conflict", "detail": detail}), content_type="application/json"
+    )
+
+
 async def body_of(request: web.Request, *, forms: bool = False) -> dict[str, Any]:
     """The request's JSON object (or, with `forms`, a form's fields); 400 for anything else."""
     if forms and request.content_type != "application/json":

@@ -112,8 +112,14 @@ class HookService(DueLoop):
         if await self.store.get_run(run_id) is not None:
             await self._cut_short(event, "by a shutdown")
 
-    async def _finish(self, event: HookEvent, state: HookState, detail: str | None) -> None:
+    async def _ended(self, event: HookEvent, state: HookState, detail: str | None) -> None:
+        """Record how an event's run ended, and count it."""
         await self.store.finish_hook_event(event.id, state, self.clock(), detail)
+        if self.metrics is not None:
+            self.metrics.hook_event(event.hook, state)
+
+    async def _finish(self, event: HookEvent, state: HookState, detail: str | None) -> None:
+        await self._ended(event, state, detail)
         if state == "error":
             log.warning("webhook %s: event %s was not answered: %s", event.hook, event.id, detail)
             await self.headless.notice(
@@ -134,14 +140,14 @@ class HookService(DueLoop):
             )
             self.spawn(self._run_event(event, event.run_id), f"hook:{event.hook}:{event.id}")
         elif run is not None and run.status in ANSWERED:
-            await self.store.finish_hook_event(event.id, "ok", self.clock(), None)
+            await self._ended(event, "ok", None)
         else:
             await self._cut_short(event, "by a restart")
 
     async def _cut_short(self, event: HookEvent, why: str) -> None:
         """An event whose run began and did not end: interrupted, never run again, and told."""
         log.warning("webhook %s: event %s was cut short %s", event.hook, event.id, why)
-        await self.store.finish_hook_event(event.id, "interrupted", self.clock(), f"cut short {why}")
+        await self._ended(event, "interrupted", f"cut short {why}")
         await self.headless.notice(
             event.deliver_to,
             f"⚠️ A '{event.hook}' webhook event ({event.event_key or event.id}) was cut short {why} and was "

@@ -14,6 +14,7 @@ from bridge.sessions.authority import Authorities
 if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.jobs.headless import Headless
+    from bridge.metrics import Metrics
     from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ class DueLoop:
         # Who the owners are, for the authority of the runs it starts (the composition root adds the
         # console's).
         self.authorities = Authorities(settings.owners)
+        # Where the ends of firings and events are counted; the composition root sets it (as the
+        # runner's), and without it nothing is counted.
+        self.metrics: Metrics | None = None
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._runs: set[asyncio.Task[None]] = set()

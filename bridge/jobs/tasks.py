@@ -104,12 +104,12 @@ class TaskService(DueLoop, TaskCatalog):
         late = now - latest
         if late > self.settings.tasks.catch_up_s:
             detail = f"{skipped + 1} due time(s) passed while the bot was down; the last {late:.0f} s late"
-            if await self.store.claim_firing(task.id, due, following, now, state="missed", detail=detail):
+            if await self._claim_missed(task.id, due, following, now, detail):
                 await self._tell_missed(task, latest, following)
             return False
         if skipped:
             note = f"{skipped} earlier due time(s) passed while the bot was down; ran the latest"
-            if not await self.store.claim_firing(task.id, due, latest, now, state="missed", detail=note):
+            if not await self._claim_missed(task.id, due, latest, now, note):
                 return False
         run_id = new_id()
         if not await self.store.claim_firing(task.id, latest, following, now, run_id=run_id):
@@ -165,9 +165,7 @@ class TaskService(DueLoop, TaskCatalog):
             if late > self.settings.tasks.catch_up_s:
                 # As a due time the bot slept through.
                 detail = f"never began before a restart; {late:.0f} s late by the next start"
-                await self.store.finish_firing(
-                    task.id, firing.due_at, "missed", self.clock(), run_id=None, detail=detail, pause_after=0
-                )
+                await self._ended(task.id, firing.due_at, "missed", detail)
                 await self._tell_missed(
                     task, firing.due_at, task.next_due if task.state == "active" else None
                 )
@@ -179,18 +177,14 @@ class TaskService(DueLoop, TaskCatalog):
             )
             self.spawn(self._fire(task, firing.due_at, firing.run_id), f"task:{task.id}")
         elif run is not None and run.status in ANSWERED:
-            await self.store.finish_firing(
-                firing.task_id, firing.due_at, "ok", self.clock(), run_id=None, detail=None, pause_after=0
-            )
+            await self._ended(firing.task_id, firing.due_at, "ok", None)
         else:
             await self._cut_short(firing.task_id, firing.due_at, "by a restart")
 
     async def _cut_short(self, task_id: str, due: float, why: str) -> None:
         """A firing whose run began and did not end: interrupted, never run again, and told."""
         log.warning("task %s: its firing due %s was cut short %s", task_id, due, why)
-        task = await self.store.finish_firing(
-            task_id, due, "interrupted", self.clock(), run_id=None, detail=f"cut short {why}", pause_after=0
-        )
+        task = await self._ended(task_id, due, "interrupted", f"cut short {why}")
         if task is not None:
             await self._tell(
                 task,
@@ -199,6 +193,28 @@ class TaskService(DueLoop, TaskCatalog):
                 f"task-interrupted:{task.id}:{due}",
             )
 
+    # ------------------------------------------------------------------ each end recorded and counted
+
+    async def _claim_missed(
+        self, task_id: str, due: float, following: float | None, now: float, detail: str
+    ) -> bool:
+        """Record a due time as missed (and move the task on); False when another process took it."""
+        claimed = await self.store.claim_firing(task_id, due, following, now, state="missed", detail=detail)
+        if claimed and self.metrics is not None:
+            self.metrics.task_firing("missed")
+        return claimed
+
+    async def _ended(
+        self, task_id: str, due: float, state: FiringState, detail: str | None, *, pause_after: int = 0
+    ) -> TaskRow | None:
+        """Record how a firing ended (see TaskTable.finish_firing), and count it."""
+        after = await self.store.finish_firing(
+            task_id, due, state, self.clock(), run_id=None, detail=detail, pause_after=pause_after
+        )
+        if self.metrics is not None:
+            self.metrics.task_firing(state)
+        return after
+
     def _next_line(self, task: TaskRow) -> str:
         if task.state in ("active", "paused") and task.next_due is not None:
             return f"Next run: {when_text(task.next_due, task.zone)}."
@@ -206,9 +222,7 @@ class TaskService(DueLoop, TaskCatalog):
 
     async def _finish(self, task: TaskRow, due: float, state: FiringState, detail: str | None) -> None:
         pause_after = self.settings.tasks.pause_after_failures
-        after = await self.store.finish_firing(
-            task.id, due, state, self.clock(), run_id=None, detail=detail, pause_after=pause_after
-        )
+        after = await self._ended(task.id, due, state, detail, pause_after=pause_after)
         # Told once: on the failure that paused it, not on later ones of a task resumed meanwhile.
         paused_now = after is not None and after.state == "paused" and after.failures == pause_after
         if state == "error" and paused_now:

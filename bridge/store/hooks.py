@@ -139,6 +139,11 @@ class HookTable(Database):
         )
         return [_event(row) for row in rows]
 
+    async def recent_hook_events(self, limit: int = 50) -> list[HookEvent]:
+        """The newest events of every hook, newest first (the dashboard's list)."""
+        rows = await self._rows(f"SELECT {_COLS} FROM hook_events ORDER BY id DESC LIMIT ?", (limit,))
+        return [_event(row) for row in rows]
+
     async def claim_hook_event(self, event_id: int, run_id: str, now: float) -> bool:
         """Take a pending event for a run with this id; False when another took it first."""
 

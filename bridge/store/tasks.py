@@ -252,6 +252,20 @@ class TaskTable(Database):
 
         return await self._write(end)
 
+    async def resume_task(self, task_id: str, next_due: float) -> TaskRow | None:
+        """Make a paused task active again, due next at `next_due`, its failures forgotten (else the
+        next one would pause it again at once); None when it isn't paused."""
+
+        def resume(conn: Conn) -> TaskRow | None:
+            row = conn.execute(
+                "UPDATE tasks SET state = 'active', next_due = ?, failures = 0 "
+                f"WHERE id = ? AND state = 'paused' RETURNING {_TASK_COLS}",
+                (next_due, task_id),
+            ).fetchone()
+            return _task(row) if row is not None else None
+
+        return await self._write(resume)
+
     async def claim_firing(
         self,
         task_id: str,

@@ -7,17 +7,28 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Literal
 
 from bridge.config import Settings
 from bridge.sessions.authority import Authorities, Authority
 from bridge.sessions.service import chat_route
 from bridge.store.tables import DatabaseStore
-from bridge.store.tasks import TaskRow
+from bridge.store.tasks import LIVE_STATES, TaskRow
 from bridge.tasks.when import Schedule, WhenError, next_fire, parse_when, shortest_gap
+
+# What kind of refusal a TaskError is: the admin API answers each with its own status (400, 404, 409,
+# 403); the tools and commands show the words alone.
+Refusal = Literal["invalid", "unknown", "ended", "refused"]
 
 
 class TaskError(Exception):
-    """Why a task cannot be made or changed, in words the model (and the person) can act on."""
+    """Why a task cannot be made or changed, in words the model (and the person) can act on. `reason`
+    says which kind of refusal it is; `task` is the task it is about, where the caller may see it."""
+
+    def __init__(self, message: str, reason: Refusal = "invalid", task: TaskRow | None = None) -> None:
+        super().__init__(message)
+        self.reason: Refusal = reason
+        self.task = task
 
 
 class TaskCatalog:
@@ -113,30 +124,81 @@ class TaskCatalog:
         """Tasks made in or delivered to a chat (all chats' for None): live ones, or all."""
         return await self.store.list_tasks(chat_key, live_only=live_only)
 
-    async def cancel(self, task_id: str, authority: Authority) -> TaskRow:
-        """Cancel a live task: its maker and the owners may, in the chat it was made in or posts in
-        (the operator anywhere). One rule for the tool, /tasks cancel and the CLI."""
+    async def _may_change(self, task_id: str, authority: Authority) -> TaskRow:
+        """The live task `task_id`, where `authority` may change it (cancel, pause, resume, run it now):
+        its maker and the owners, in the chat it was made in or posts in (the operator anywhere). One
+        rule for the tool, /tasks cancel, the CLI and the dashboard."""
         task = await self.store.get_task(task_id.strip())
-        live = task is not None and task.state in ("active", "paused")
-        if task is None or not live or not authority.may_see_task(task.chat_key, task.deliver_to):
-            raise TaskError(f"No scheduled task {task_id} here. list_tasks shows this chat's tasks.")
+        if task is None or not authority.may_see_task(task.chat_key, task.deliver_to):
+            raise TaskError(
+                f"No scheduled task {task_id} here. list_tasks shows this chat's tasks.", "unknown"
+            )
+        if task.state not in LIVE_STATES:
+            # Said as for a task that does not exist (to the model and in a chat); the reason and the
+            # task let the dashboard say it has ended.
+            raise TaskError(
+                f"No scheduled task {task_id} here. list_tasks shows this chat's tasks.", "ended", task
+            )
         if not authority.may_cancel(maker=task.maker, chat=task.chat_key, deliver_to=task.deliver_to):
             raise TaskError(
-                f"Task {task.id} was made by someone else: only they or an owner of this bot can cancel it."
+                f"Task {task.id} was made by someone else: only they or an owner of this bot can cancel it.",
+                "refused",
+                task,
             )
+        return task
+
+    async def cancel(self, task_id: str, authority: Authority) -> TaskRow:
+        """Cancel a live task: it never fires again."""
+        task = await self._may_change(task_id, authority)
         ended = await self.store.end_task(task.id, "cancelled")
         if ended is None:
-            raise TaskError(f"Task {task_id} has just ended.")
+            raise TaskError(f"Task {task_id} has just ended.", "ended", task)
         return ended
 
-    async def request_run(self, task_id: str) -> TaskRow:
-        """Ask for a firing now, outside the schedule (`bridge tasks run-now`, from any process): the
-        running bot fires it within a few seconds, once, and the schedule stays as it is."""
-        task = await self.store.request_run(task_id.strip(), self.clock())
-        if task is None:
-            raise TaskError(f"No live task {task_id}; `bridge tasks list` shows them.")
+    async def pause(self, task_id: str, authority: Authority) -> TaskRow:
+        """Pause a live task: it keeps its schedule and fires nothing until resumed (a paused task is
+        paused already)."""
+        task = await self._may_change(task_id, authority)
+        paused = await self.store.end_task(task.id, "paused")
+        if paused is None:
+            raise TaskError(f"Task {task_id} has just ended.", "ended", task)
+        return paused
+
+    async def resume(self, task_id: str, authority: Authority) -> TaskRow:
+        """Resume a paused task (an active one is left as it is) with its failures forgotten. Due times
+        that passed while it was paused are skipped, not fired or told as missed: pausing asked for
+        that. A one-time task whose time passed meanwhile fires now."""
+        task = await self._may_change(task_id, authority)
+        if task.state == "active":
+            return task
+        now = self.now()
+        due = task.next_due
+        if due is None or due < now.timestamp():
+            try:
+                following = next_fire(self.schedule_of(task), now)
+            except (WhenError, ValueError) as exc:
+                raise TaskError(
+                    f"Task {task.id} can't be resumed: its schedule can't be read ({exc}). Cancel it and "
+                    "make it again.",
+                    "ended",
+                    task,
+                ) from None
+            due = following.timestamp() if following is not None else now.timestamp()
+        resumed = await self.store.resume_task(task.id, due)
+        if resumed is None:
+            raise TaskError(f"Task {task_id} has just ended.", "ended", task)
         self.wake()
-        return task
+        return resumed
+
+    async def request_run(self, task_id: str, authority: Authority) -> TaskRow:
+        """Ask for a firing now, outside the schedule (a paused task too): the running bot fires it
+        within a few seconds, once, and the schedule stays as it is."""
+        task = await self._may_change(task_id, authority)
+        asked = await self.store.request_run(task.id, self.clock())
+        if asked is None:
+            raise TaskError(f"Task {task_id} has just ended.", "ended", task)
+        self.wake()
+        return asked
 
     @staticmethod
     def schedule_of(task: TaskRow) -> Schedule:

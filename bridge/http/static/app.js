@@ -51,14 +51,22 @@ document.addEventListener("submit", async (event) => {
 // ---------------------------------------------------------------- live parts of a page
 
 let refreshing = null;
+// An event came while the page was being fetched: what it changed may be missing from that fetch.
+let stale = false;
 // A chat's page follows its one session closely; the overview sums up everything, so on a busy bot
 // it is fetched again at most this often.
 const REFRESH_MS = document.body.dataset.live === "session" ? 250 : 1500;
 
 // Fetch this page again and swap in every element marked data-live, keeping open tool calls open.
 function refresh() {
-  if (refreshing) return;
+  if (refreshing) {
+    stale = true;
+    return;
+  }
+  stale = false;
   refreshing = setTimeout(async () => {
+    // From here on, an event means the fetch below may have missed it.
+    stale = false;
     try {
       const response = await fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } });
       if (!response.ok) return;
@@ -73,6 +81,7 @@ function refresh() {
       document.dispatchEvent(new CustomEvent("bridge:refreshed"));
     } finally {
       refreshing = null;
+      if (stale) refresh();
     }
   }, REFRESH_MS);
 }
