@@ -26,6 +26,24 @@ def mcp_cache_dir(settings: Settings) -> Path:
     return Path(settings.storage.path).parent / "mcp-tools"
 
 
+def left_out(settings: Settings) -> list[tuple[str, str]]:
+    """The groups and tools this config leaves out, each with why (the dashboard's Tools page): those
+    that reach outside until configured, as build_registry decides below, and those named off."""
+    tools = settings.tools
+    off: list[tuple[str, str]] = []
+    if not tools.web_search.enabled:
+        off.append(("web_search", "the web group offers it once [tools.web_search] provider is set"))
+    if not tools.exec.enabled:
+        off.append(("exec", "off until [tools.exec] enabled = true (commands run in a bubblewrap sandbox)"))
+    if not tools.browser.enabled:
+        off.append(("browser", "off until [tools.browser] enabled = true (Playwright driving Chromium)"))
+    if not settings.skills.catalog:
+        off.append((LOAD_SKILL, "offered once [skills] paths holds a skill"))
+    off += [(name, "named in [tools] disabled") for name in tools.disabled]
+    off += [(s.name, "MCP server with disabled = true") for s in settings.mcp.servers if s.disabled]
+    return off
+
+
 def build_registry(settings: Settings, extra_groups: tuple[ToolGroup, ...] = ()) -> ToolRegistry:
     """The registry a Bridge instance runs with; a bad manifest or name raises ConfigError."""
     disabled = set(settings.tools.disabled)

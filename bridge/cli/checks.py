@@ -43,15 +43,9 @@ def check_config(settings: Settings, path: Path | None) -> int:
 def tool_problem(settings: Settings) -> str | None:
     """Why an enabled tool that reaches outside cannot run here: `bridge run` starts anyway and the
     tool refuses each call (fail closed), so this is where the operator hears why."""
-    from bridge.tools.builtin.exec import sandbox_problem, workspace_problem
+    from bridge.tools.builtin.exec import exec_problem
 
-    if not settings.tools.exec.enabled:
-        return None
-    if problem := sandbox_problem(settings.tools.exec):
-        return f"tools.exec: enabled, but commands cannot run: {problem}"
-    if problem := workspace_problem(settings, Path(settings.tools.workspace)):
-        return f"tools.workspace: commands cannot run: {problem}"
-    return None
+    return exec_problem(settings)
 
 
 async def explain_policy(settings: Settings, key: str, surface: str | None) -> int:

@@ -10,13 +10,11 @@ from bridge.cli.exits import EXIT_RUNTIME
 from bridge.config import Settings
 from bridge.errors import ToolSourceError
 from bridge.tools.base import schemas_json
+from bridge.tools.tokens import CHARS_PER_TOKEN, token_counter
 
 if TYPE_CHECKING:
     from bridge.mcp.group import McpToolSource
     from bridge.tools.base import Tool
-
-# Without a tokenizer installed, tokens are estimated at four characters each (marked "~").
-CHARS_PER_TOKEN = 4
 
 
 def add_parser(sub: Any, config_help: str) -> None:
@@ -32,16 +30,6 @@ def add_parser(sub: Any, config_help: str) -> None:
     mcp_sub = mcp.add_subparsers(dest="mcp_command", required=True, metavar="SUBCOMMAND")
     listing = mcp_sub.add_parser("list", help="connect to each server; print its tools and their tokens")
     listing.add_argument("--config", type=Path, help=config_help)
-
-
-def token_counter() -> tuple[Any, str]:
-    """A function counting a text's tokens, and how: o200k_base where bpe-openai is installed."""
-    try:
-        import bpe_openai  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return (lambda text: -(-len(text) // CHARS_PER_TOKEN)), "~"
-    encoding = bpe_openai.get_encoding("o200k_base")
-    return (lambda text: len(encoding.encode(text))), ""
 
 
 async def run(settings: Settings, args: Any) -> int:

@@ -200,7 +200,7 @@ def chat_of(history: list[dict[str, Any]], delivery: dict[str, Any] | None = Non
     )
     answers: dict[str, dict[str, Any]] = {}
     for row in history:
-        while notices and notices[0]["created_at"] < row["created_at"]:
+        while notices and notices[0]["created_at"] < row.get("created_at", 0.0):
             entries.append(_notice_entry(notices.pop(0)))
         kind = row["kind"]
         if kind == "tool_call":
@@ -229,7 +229,7 @@ def _unanswered(history: list[dict[str, Any]], replies: dict[str, Any]) -> list[
     """Replies of runs that left no answer in the history (a failed run's notice), as notices, from
     the time the history shown begins."""
     answered = {row.get("run_id") for row in history if row["kind"] == "assistant"}
-    since = history[0]["created_at"] if history else 0.0
+    since = history[0].get("created_at", 0.0) if history else 0.0
     return [reply for run, reply in replies.items() if run not in answered and reply["created_at"] >= since]
 
 

@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from bridge.config.mcp import McpServerSettings
 from bridge.errors import ToolSourceError
 from bridge.mcp import cache
+from bridge.mcp.state import ServerState, server_redactor
 
 log = logging.getLogger(__name__)
 # What stdio servers write to their stderr: diagnostics, on a logger of its own (`bridge chat` mutes it).
@@ -110,6 +111,10 @@ class McpConnection:
         self._failures = 0
         self._retry_at = 0.0
         self.last_error: str | None = None
+        # What the dashboard shows; replaced here, at each step of the lifecycle, and nowhere else.
+        self.state = ServerState()
+        # Errors are told to the model and shown on the dashboard: the server's secrets never are.
+        self._redact = server_redactor(settings)
         self._last_used = 0.0
         self._in_flight = 0
         self._refreshing: set[asyncio.Task[None]] = set()
@@ -126,6 +131,15 @@ class McpConnection:
         """The server's tools: the cached list, or listed now (opening the connection) if none yet."""
         if self.tools is not None:
             return self.tools
+        async with self._using() as link:
+            self.tools = await self._list(link.session)
+        return self.tools
+
+    async def connect(self) -> list[mt.Tool]:
+        """Open the connection now and list the tools again (the dashboard's Connect now): the wait
+        after failed starts is skipped, since an operator asked for this one."""
+        if self._link is None:
+            self._retry_at = 0.0
         async with self._using() as link:
             self.tools = await self._list(link.session)
         return self.tools
@@ -179,6 +193,7 @@ class McpConnection:
                     f"it will be tried again in {wait:.0f} s."
                 )
             ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
+            self.state = self.state.starting()
             stop = self._owner_stop = asyncio.Event()
             self._owner = asyncio.create_task(self._own(ready, stop), name=f"mcp-{self.name}")
             try:
@@ -188,11 +203,14 @@ class McpConnection:
                 # is not left running unused. The SDK ends the process even when cancelled.
                 stop.set()
                 self._owner.cancel()
+                self.state = ServerState.stopped("its start was cancelled: the call that needed it timed out")
                 raise
             except Exception as exc:
                 self._failures += 1
-                self._retry_at = self._clock() + backoff(self._failures)
-                self.last_error = _reason(exc)
+                wait = backoff(self._failures)
+                self._retry_at = self._clock() + wait
+                self.last_error = self._redact(_reason(exc))
+                self.state = ServerState.failing(self.last_error, self._failures, wait)
                 log.warning("MCP server %s could not be opened: %s", self.name, self.last_error)
                 raise ToolSourceError(
                     f"MCP server '{self.name}' could not be started: {self.last_error}"
@@ -201,12 +219,16 @@ class McpConnection:
             self.last_error = None
             self.opens += 1
             self._link = _Link(session, stop)
+            # The tools it listed last time, until this connection lists them (list_tools, _refresh).
+            self.state = ServerState.connected(len(self.tools) if self.tools is not None else None)
             return self._link
 
     async def _own(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
         """Hold the connection open until it is closed, broken, or idle for idle_close_s."""
         timeout = self.settings.timeout_s
         self._last_used = self._clock()
+        # Why it stopped, for the state; None where whoever stopped it said (_broken, aclose).
+        why: str | None = "its connection ended"
         try:
             async with AsyncExitStack() as stack:
                 async with asyncio.timeout(timeout):
@@ -216,18 +238,19 @@ class McpConnection:
                     )
                     await session.initialize()
                 ready.set_result(session)
-                await self._wait_idle(stop)
+                why = await self._wait_idle(stop)
                 # In the step that found it idle: no call can take this session any more.
-                self._forget(stop)
+                self._forget(stop, why)
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else ToolSourceError("cancelled"))
             elif not isinstance(exc, asyncio.CancelledError):
+                why = f"its connection ended: {self._redact(_reason(exc))}"
                 log.info("MCP server %s: connection ended: %s", self.name, _reason(exc))
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self._forget(stop)
+            self._forget(stop, why)
 
     def _transport(self, stack: AsyncExitStack) -> Transport:
         settings = self.settings
@@ -246,23 +269,28 @@ class McpConnection:
         assert settings.url is not None
         return _http_transport(settings)
 
-    async def _wait_idle(self, stop: asyncio.Event) -> None:
+    async def _wait_idle(self, stop: asyncio.Event) -> str | None:
+        """Wait until the connection is idle (then say so) or stopped (by whoever set `stop`)."""
         while not stop.is_set():
             idle = self._clock() - self._last_used
             if self._in_flight == 0 and idle >= self.idle_close_s:
                 log.info("MCP server %s: closed after %.0f s unused", self.name, idle)
-                return
+                return f"closed after {idle:.0f} s unused"
             left = self.idle_close_s - idle if self._in_flight == 0 else self.idle_close_s
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(left, 0.05))
+        return None
 
-    def _forget(self, stop: asyncio.Event) -> None:
+    def _forget(self, stop: asyncio.Event, why: str | None) -> None:
+        """Drop the connection that `stop` ends, if it is still the current one, and say why."""
         if self._link is not None and self._link.stop is stop:
             self._link = None
+            if why is not None:
+                self.state = ServerState.stopped(why)
 
     def _broken(self, link: _Link, why: str) -> None:
         log.warning("MCP server %s: %s", self.name, why)
-        self._forget(link.stop)
+        self._forget(link.stop, why)
         link.stop.set()
 
     def _handler(self) -> MessageHandlerFnT:
@@ -307,6 +335,7 @@ class McpConnection:
                 cursor = page.next_cursor
                 if not cursor:
                     break
+        self.state = self.state.listed(len(tools))
         if self._cache is not None:
             await asyncio.to_thread(cache.write, self._cache, self.settings, tools)
         return tools
@@ -332,6 +361,8 @@ class McpConnection:
             except Exception:
                 pass
         self._link = None
+        if self.state.phase != "not started":
+            self.state = ServerState.stopped("Bridge is shutting down")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.config.mcp import McpServerSettings
 from bridge.errors import ManifestError, ToolSourceError
+from bridge.mcp.state import NOT_STARTED, ServerState
 from bridge.tools.arguments import check_parameters
 from bridge.tools.base import Tool, ToolContext, ToolGroup, ToolHandler, ToolResult
 
@@ -74,15 +76,36 @@ class McpToolSource:
             self._connection = McpConnection(self.settings, self._idle_close_s, self._cache)
         return self._connection
 
+    @property
+    def state(self) -> ServerState:
+        """What the server is doing (bridge.mcp.state); `not started` before anything used it."""
+        return self._connection.state if self._connection is not None else NOT_STARTED
+
     def listed(self) -> tuple[Tool, ...] | None:
         remote = self._connection.tools if self._connection is not None else None
         if remote is None:
             return None
         if remote is not self._built_from:
             # A new listing (first, or after notifications/tools/list_changed): built once per listing.
-            self._tools = self._build(remote)
+            self._tools, self.left_out = self._build(remote)
             self._built_from = remote
         return self._tools
+
+    async def kept(self) -> tuple[Tool, ...] | None:
+        """The tools as an earlier process listed them (bridge.mcp.cache), to show without starting
+        the server; unlike restore(), the group does not offer them to the model. None if none kept."""
+        if self._cache is None:
+            return None
+        from bridge.mcp import cache
+
+        remote = await asyncio.to_thread(cache.read, self._cache, self.settings)
+        return self._build(remote)[0] if remote is not None else None
+
+    async def connect(self) -> tuple[Tool, ...]:
+        """Start the server now, whatever its wait after failures (the dashboard's Connect now), and
+        list its tools again; ToolSourceError if it cannot be started."""
+        await self.connection.connect()
+        return self.listed() or ()
 
     async def load(self) -> tuple[Tool, ...]:
         await self.connection.list_tools()
@@ -101,29 +124,30 @@ class McpToolSource:
         if self._connection is not None:
             await self._connection.aclose()
 
-    def _build(self, remote: list[mt.Tool]) -> tuple[Tool, ...]:
+    def _build(self, remote: list[mt.Tool]) -> tuple[tuple[Tool, ...], dict[str, str]]:
+        """The tools offered from a listing, and those left out with why."""
         server = self.settings.name
         allowed = set(self.settings.tools)
         tools: list[Tool] = []
         used: set[str] = set()
-        self.left_out = {}
+        left_out: dict[str, str] = {}
         for spec in remote:
             if allowed and spec.name not in allowed:
-                self.left_out[spec.name] = "not in the server's `tools` list"
+                left_out[spec.name] = "not in the server's `tools` list"
                 continue
             name = exposed_name(server, spec.name, lambda n: n in used or self._taken(n, server))
             if name in used:
-                self.left_out[spec.name] = f"its name {name!r} is taken twice"
+                left_out[spec.name] = f"its name {name!r} is taken twice"
                 continue
             if disabled_as(server, name, spec.name, self._disabled):
-                self.left_out[spec.name] = "named in [tools] disabled"
+                left_out[spec.name] = "named in [tools] disabled"
                 continue
             parameters = _parameters(spec)
             try:
                 check_parameters(parameters)
             except ManifestError as exc:
                 log.warning("MCP server %s: tool %s left out: bad input schema: %s", server, spec.name, exc)
-                self.left_out[spec.name] = f"its input schema is not valid: {exc}"
+                left_out[spec.name] = f"its input schema is not valid: {exc}"
                 continue
             used.add(name)
             tools.append(
@@ -136,7 +160,7 @@ class McpToolSource:
                     origin=f"MCP server '{server}'",
                 )
             )
-        return tuple(tools)
+        return tuple(tools), left_out
 
     def _handler(self, original: str) -> ToolHandler:
         from bridge.mcp.results import tool_result

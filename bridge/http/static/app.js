@@ -42,10 +42,9 @@ document.addEventListener("submit", async (event) => {
   delete fields.csrf;
   const result = await api(method, url, fields);
   show(document.getElementById("notice"), result.ok ? (result.data.said || "Done.") : problem(result), !result.ok);
-  if (result.ok) {
-    form.reset();
-    refresh();
-  }
+  if (result.ok) form.reset();
+  // A refusal may have changed something too (a server that failed to connect counts the attempt).
+  refresh();
 });
 
 // ---------------------------------------------------------------- live parts of a page

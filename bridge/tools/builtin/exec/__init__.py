@@ -14,6 +14,9 @@ bridge.config and bridge.tools only.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from bridge.config import Settings
 from bridge.config.tools import ExecSettings
 from bridge.tools.base import ToolGroup
 from bridge.tools.builtin.exec.places import workspace_problem
@@ -31,4 +34,17 @@ def exec_group(settings: ExecSettings) -> ToolGroup:
     )
 
 
-__all__ = ["exec_group", "sandbox_problem", "workspace_problem"]
+def exec_problem(settings: Settings) -> str | None:
+    """Why the enabled `exec` group cannot run here (no sandbox, or a workspace that holds Bridge's
+    own files): `bridge run` starts anyway and its tools refuse each call (fail closed), so
+    check-config and the dashboard's Tools page say why. None when it is off or works."""
+    if not settings.tools.exec.enabled:
+        return None
+    if problem := sandbox_problem(settings.tools.exec):
+        return f"tools.exec: enabled, but commands cannot run: {problem}"
+    if problem := workspace_problem(settings, Path(settings.tools.workspace)):
+        return f"tools.workspace: commands cannot run: {problem}"
+    return None
+
+
+__all__ = ["exec_group", "exec_problem", "sandbox_problem", "workspace_problem"]
