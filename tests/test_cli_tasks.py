@@ -237,10 +237,30 @@ def test_run_now_of_an_ended_task_fails_and_asks_for_nothing(
     assert stored(three, "daily001").run_requested is None
 
 
+# -- pause and resume --------------------------------------------------------------------------
+
+
+def test_pause_then_resume_keeps_the_schedule_and_a_cancelled_task_cannot_be_resumed(
+    three: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert tasks(three, "pause", "daily001") == 0
+    assert "paused task daily001" in capsys.readouterr().out
+    assert stored(three, "daily001").state == "paused"
+    assert tasks(three, "resume", "daily001") == 0
+    assert capsys.readouterr().out.startswith("resumed task daily001")
+    assert stored(three, "daily001").state == "active"
+
+    assert tasks(three, "cancel", "news0002") == 0
+    capsys.readouterr()
+    assert tasks(three, "resume", "news0002") == 1
+    assert "cancelled" in capsys.readouterr().err
+    assert stored(three, "news0002").state == "cancelled"
+
+
 # -- wrong ids and no database -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["cancel", "run-now"])
+@pytest.mark.parametrize("command", ["cancel", "run-now", "pause", "resume"])
 def test_a_wrong_id_fails_naming_it_and_changes_nothing(
     three: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
