@@ -146,6 +146,8 @@ class OutFile:
     mime: str | None = None
     # Sent as a photo where the platform shows one inline; else as a document.
     photo: bool = False
+    # A spoken reply (OGG/Opus): sent as a voice message where the platform plays one; else as a file.
+    voice: bool = False
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), ensure_ascii=False)
@@ -162,6 +164,7 @@ class OutFile:
                 int(data["size"]),
                 data.get("mime"),
                 bool(data.get("photo")),
+                bool(data.get("voice")),
             )
         except (ValueError, KeyError, TypeError, OverflowError):
             return None

@@ -14,6 +14,7 @@ from telegram.error import BadRequest, NetworkError, TelegramError, TimedOut
 from bridge.errors import MediaError
 from bridge.events import Attachment, MediaKind, OutFile, megabytes
 from bridge.media.bounded import CHUNK_BYTES, read_at_most
+from bridge.media.speech import opus_seconds
 
 # Runs a Bot API request with the adapter's retries (flood waits, network errors).
 Retrying = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
@@ -123,11 +124,21 @@ async def _stream(client: httpx.AsyncClient, url: str, max_bytes: int) -> bytes:
 
 
 async def send_file(bot: Bot, chat_id: int, file: OutFile, caption: str, params: dict[str, Any]) -> Message:
-    """One file (a photo when it is one Telegram shows inline) with its caption, as plain text."""
+    """One file (a photo when it is one Telegram shows inline, a voice message when it is a spoken
+    reply) with its caption, as plain text."""
     data = await asyncio.to_thread(Path(file.path).read_bytes)
     options = {key: value for key, value in params.items() if key != "link_preview_options"}
     if caption:
         options["caption"] = caption
+    if file.voice:
+        try:
+            seconds = opus_seconds(data)
+            return await bot.send_voice(chat_id, data, filename=file.name, duration=seconds, **options)
+        except BadRequest as exc:
+            # A user whose privacy settings refuse voice messages (VOICE_MESSAGES_FORBIDDEN) still
+            # gets the audio, as a file.
+            if "voice" not in str(exc).lower():
+                raise
     if file.photo and file.size <= MAX_PHOTO_BYTES:
         try:
             return await bot.send_photo(chat_id, data, filename=file.name, **options)

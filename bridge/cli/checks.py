@@ -26,7 +26,7 @@ def check_config(settings: Settings, path: Path | None) -> int:
         return fail(exc, settings)
     # Not an error at load, so `bridge run` starts with one unused profile lacking its key (it warns,
     # and that profile answers with an error); checking the config is when to hear about it.
-    if missing := settings.llm.missing_keys():
+    if missing := [*settings.llm.missing_keys(), *settings.tts.missing_keys()]:
         print("bridge: config error:\n" + "\n".join(missing), file=sys.stderr)
         return EXIT_CONFIG
     if problem := tool_problem(settings):

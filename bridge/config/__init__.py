@@ -3,9 +3,9 @@ overridden by BRIDGE_<SECTION>__<KEY> environment variables.
 
 `settings.py` is the root, `Settings`, and each section has a module of its own: `platforms`
 ([telegram], [discord], access), `llm`, `agent`, `runs` ([runs], [delivery]), `session` (send policy),
-`storage`, `tools`, `admin`, `tasks` ([tasks], [[hooks]]), `skills`, `mcp`, `media` ([media], [stt]);
-all on `base.py` (`Section`, URL checks and redaction). `io.py` reads TOML and the environment into
-Settings and renders them back, secrets redacted. Import a name from its module; `Settings`
+`storage`, `tools`, `admin`, `tasks` ([tasks], [[hooks]]), `skills`, `mcp`, `media` ([media], [stt],
+[tts]); all on `base.py` (`Section`, URL checks and redaction). `io.py` reads TOML and the environment
+into Settings and renders them back, secrets redacted. Import a name from its module; `Settings`
 and the names below stay importable from `bridge.config` itself.
 
 May import pydantic, the base modules (`bridge.errors`, `bridge.text`, ...) and the grammars it checks
@@ -19,7 +19,7 @@ from bridge.config.agent import DEFAULT_SYSTEM_PROMPT, AgentSettings, LoopSettin
 from bridge.config.base import REDACTED, is_loopback, mask_url, url_userinfo
 from bridge.config.llm import DEFAULT_PROFILE, LLMProfile, LLMSettings
 from bridge.config.mcp import McpSettings
-from bridge.config.media import MediaSettings, SttSettings
+from bridge.config.media import MediaSettings, SttSettings, TtsSettings
 from bridge.config.platforms import (
     ADAPTER_GROUP,
     AccessSettings,
@@ -70,6 +70,7 @@ __all__ = [
     "TasksSettings",
     "TelegramSettings",
     "ToolsSettings",
+    "TtsSettings",
     "is_loopback",
     "known_surfaces",
     "mask_url",

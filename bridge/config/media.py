@@ -1,10 +1,13 @@
-"""Config of [media] (attachments that come in) and [stt] (the speech-to-text server voice goes to)."""
+"""Config of [media] (attachments that come in), [stt] (the speech-to-text server voice goes to) and
+[tts] (the text-to-speech server spoken replies come from)."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from bridge.config.base import Section, url_setting
 
@@ -44,3 +47,84 @@ class SttSettings(Section):
     @property
     def enabled(self) -> bool:
         return self.base_url is not None
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class TtsSettings(Section):
+    """[tts]: an OpenAI-compatible /audio/speech server. With a base_url, an answer to a voice note is
+    also sent as a voice message (OGG/Opus); /voice on|off|auto changes that per chat."""
+
+    # Unset: on once base_url is set. false: off, the rest of the table kept. true: on, and a
+    # base_url is then required (an error names it).
+    enabled: bool | None = None
+    base_url: str | None = None
+    model: str = "tts-1"
+    voice: str = "alloy"
+    # The environment variable holding the server's key (never the key itself, so it stays out of
+    # config files and check-config); unset: no key (a local server).
+    api_key_env: str | None = None
+    # A spoken reply waits for this at most; the next answer in that chat waits behind it.
+    timeout_s: float = Field(60.0, gt=0)
+    # The longest answer spoken whole. A longer one is spoken up to its last sentence within this,
+    # the text reply being whole anyway; OpenAI's endpoint takes at most 4,096 characters.
+    max_chars: int = Field(4000, ge=100, le=100_000)
+    # Read from the environment when the settings are loaded, so the log redactor knows it from the
+    # start (bridge.logs.secret_values reads private attributes); never a field, so never rendered.
+    _api_key: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_in_file(cls, data: object) -> object:
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError(
+                "api_key: the speech server's key is never written in the config; put it in an "
+                "environment variable and name that variable in api_key_env"
+            )
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return url_setting(value, "http://127.0.0.1:8880/v1")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not an environment variable name (letters, digits and _), e.g. "
+                "'OPENAI_API_KEY'; the key itself goes in that variable, not here"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _needs_a_server(self) -> TtsSettings:
+        # Said on: a server is then required (without `enabled`, no base_url is simply off).
+        if self.enabled and self.base_url is None:
+            raise ValueError(
+                "base_url: [tts] is enabled but names no speech server; set base_url (e.g. "
+                "http://127.0.0.1:8880/v1), or enabled = false"
+            )
+        if self.api_key_env:
+            self._api_key = SecretStr(os.environ.get(self.api_key_env, ""))
+        return self
+
+    @property
+    def speaks(self) -> bool:
+        """Whether spoken replies are set up: a server, and not turned off."""
+        return self.enabled is not False and self.base_url is not None
+
+    @property
+    def api_key(self) -> SecretStr:
+        return self._api_key
+
+    def missing_keys(self) -> list[str]:
+        """A line when the key variable named is unset or empty, for check-config (as [llm] profiles)."""
+        if self.speaks and self.api_key_env and not self._api_key.get_secret_value():
+            return [
+                f"tts.api_key_env: the environment variable {self.api_key_env} is not set, so the "
+                "speech server gets no API key"
+            ]
+        return []

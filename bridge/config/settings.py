@@ -12,7 +12,7 @@ from bridge.config.admin import AdminSettings
 from bridge.config.agent import AgentSettings
 from bridge.config.llm import LLMSettings
 from bridge.config.mcp import McpSettings
-from bridge.config.media import MediaSettings, SttSettings
+from bridge.config.media import MediaSettings, SttSettings, TtsSettings
 from bridge.config.platforms import DiscordSettings, TelegramSettings
 from bridge.config.runs import DeliverySettings, RunsSettings
 from bridge.config.session import SessionSettings
@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     # [media]: attachments users send (see bridge.config.media); [stt]: where voice is transcribed.
     media: MediaSettings = Field(default_factory=MediaSettings)
     stt: SttSettings = Field(default_factory=SttSettings)
+    # [tts]: where answers to voice notes are spoken (see bridge.config.media, bridge.media.speech).
+    tts: TtsSettings = Field(default_factory=TtsSettings)
 
     @field_validator("log_level", "log_level_libraries", mode="before")
     @classmethod

@@ -1,5 +1,5 @@
-"""Chat commands: /clear, /new, /status, /stop, /send, /model, /pair, /tasks, /help (/retry and /compact:
-the dispatcher)."""
+"""Chat commands: /clear, /new, /status, /stop, /send, /model, /voice, /pair, /tasks, /help (/retry and
+/compact: the dispatcher)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from bridge.errors import PairingLimited
 from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing, minutes_left, who
 from bridge.gateway.policy import Decision, PolicyGate
+from bridge.gateway.voice_out import VOICE_CHOICES, voice_state
 from bridge.sessions.service import SessionService
 from bridge.store.base import SessionRow
 from bridge.store.tables import DatabaseStore
@@ -30,6 +31,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("compact", "Summarise the older turns of this session now, to keep its history short"),
     ("send", "Owners: let the bot speak here (on), keep it silent (off), or follow the config (inherit)"),
     ("model", "List the model profiles; owners: /model NAME switches this chat's model"),
+    ("voice", "Spoken replies here: on (every answer), off (none), auto (answers to voice messages)"),
     ("pair", "Owners: approve a stranger's pairing code (/pair CODE), or list the codes waiting"),
     ("tasks", "List this chat's scheduled tasks and when they run next; /tasks cancel ID cancels one"),
     ("help", "List the commands"),
@@ -89,6 +91,8 @@ class Commands:
             return await self.send(key, command.args, surface=surface, is_owner=is_owner)
         if command.name == "model":
             return await self.model(key, command.args, is_owner=is_owner)
+        if command.name == "voice":
+            return await self.voice(key, command.args, sender=sender)
         if command.name == "stop":
             return await self.stop(key)
         if command.name == "pair":
@@ -161,6 +165,29 @@ class Commands:
             f"This chat now uses the model profile {name}: {_describe_profile(self.settings, name)}. "
             "It stays for this chat, across /clear, until /model changes it."
         )
+
+    async def voice(self, key: str, args: str, *, sender: str | None) -> str:
+        """/voice shows whether answers here are also spoken; /voice on|off|auto changes it (owners,
+        and anyone in their own DM: Authority.may_choose_voice). Kept across /clear."""
+        session = await self.sessions.active_for_key(key)
+        choice = args.strip().lower()
+        if choice:
+            if not self.sessions.authority(key, sender).may_choose_voice:
+                return (
+                    "Only an owner of this bot can change spoken replies here; in your own direct chat "
+                    "with the bot, you can."
+                )
+            if choice not in VOICE_CHOICES:
+                return (
+                    "Usage: /voice on|off|auto (on: speak every answer, off: never, auto: answer voice "
+                    "messages with voice)."
+                )
+            await self.store.set_voice_replies(session.id, VOICE_CHOICES[choice])
+            session = await self.sessions.active_for_key(key)
+        said = f"Spoken replies in this chat: {voice_state(session.voice_replies)}."
+        if not self.settings.tts.speaks:
+            said += " ([tts] is not set up in the config, so nothing is spoken until it is.)"
+        return said
 
     async def pair(self, key: str, args: str, *, is_owner: bool, sender: str | None) -> str:
         """/pair CODE approves a stranger's code; /pair alone lists the codes waiting. Owners only, in
@@ -248,6 +275,12 @@ class Commands:
                 # Only where skills are configured: elsewhere the line could only ever say "none".
                 *([f"Loaded skills: {', '.join(loaded_skills) or 'none'}"] if skills else []),
                 f"Model: {self._model_line(session)}",
+                # Only where [tts] is set up: elsewhere nothing is ever spoken.
+                *(
+                    [f"Spoken replies: {voice_state(session.voice_replies)}"]
+                    if self.settings.tts.speaks
+                    else []
+                ),
                 f"State: {'answering' if self.lanes.busy(key) else 'idle'}",
                 # A run a loop rule cut short answered from what it had; the rule is said here, and
                 # in its trace, not in the chat.

@@ -9,7 +9,7 @@ import logging
 
 from bridge.agent.compaction import Compactor
 from bridge.agent.runner import RETRY_HINT, AgentRunner
-from bridge.agent.runstate import CUT_SHORT_ERROR, MediaReader
+from bridge.agent.runstate import CUT_SHORT_ERROR, MediaReader, RunResult
 from bridge.config.runs import RunsSettings
 from bridge.errors import IntakeUnavailable, StoreError
 from bridge.events import Attachment, Inbound, Outbound, Route, dumps
@@ -19,6 +19,7 @@ from bridge.gateway.delivery import Delivery
 from bridge.gateway.lanes import Lanes, SharedLanes
 from bridge.gateway.policy import PolicyGate
 from bridge.gateway.streaming import DraftReply, LiveReply
+from bridge.gateway.voice_out import Heard, SpokenReplies
 from bridge.live import LiveEvents
 from bridge.media.intake import MediaIntake
 from bridge.sessions.service import SessionService
@@ -61,7 +62,8 @@ class DispatchServices:
     compactor: Compactor
     # The admin server's stream of what happens (messages in; runs and sends publish their own).
     live: LiveEvents = dataclasses.field(default_factory=LiveEvents)
-    # Attachments: screened at intake, read (fetched, transcribed) by the run that answers them.
+    # Attachments: screened at intake, read (fetched, transcribed) by the run that answers them; and
+    # with [tts], answers spoken back (its speaker).
     media: MediaIntake | None = None
 
 
@@ -87,7 +89,13 @@ class Dispatcher:
         self.gate = services.gate
         self.compactor = services.compactor
         self.live = services.live
-        self.media = services.media
+        self.media = media = services.media
+        # [tts]: answers also spoken, where the chat's /voice (or a voice note) asks for it.
+        self.voice = (
+            SpokenReplies(media.settings.tts, self.delivery, media.speaker, media.blobs)
+            if media is not None and media.speaker is not None
+            else None
+        )
         # Set where several workers share the database: stored messages are then claimed from the
         # shared intake queue by whichever worker has room, under the chat's lease.
         self.share: SharedLanes | None = None
@@ -347,6 +355,9 @@ class Dispatcher:
         session = await self.sessions.active_for_key(key)
 
         display: LiveReply | DraftReply | None = None
+        # Whether the messages this run answers held a voice note (noted as their attachments are read).
+        heard = Heard()
+        media = self._media_reader(session, route, key)
 
         async def plan_reply(run_id: str, text: str) -> list[OutboxItem]:
             return await self.delivery.plan_reply(
@@ -368,7 +379,7 @@ class Dispatcher:
                     force=force,
                     reply=plan_reply,
                     display=display,
-                    media=self._media_reader(session, route, key),
+                    media=heard.listening(media) if media is not None else None,
                 )
             except asyncio.CancelledError:
                 if display is not None:
@@ -402,6 +413,8 @@ class Dispatcher:
         # The reply's rows were written with the answer and go at once; the activity display finishes
         # on its own (its last edit may follow the reply), and the turn ends when both are done.
         await self.delivery.deliver(result.outbox)
+        if self.voice is not None and result.status in ("ok", "stopped"):
+            await self._speak(session, route, result, heard.voice)
         if result.over_budget:
             # After the reply is sent, never before; in the background, so the chat is never held up.
             self.compactor.after_turn(session)
@@ -409,3 +422,14 @@ class Dispatcher:
             await asyncio.wait_for(reporter.close(), ACTIVITY_CLOSE_S)
         except TimeoutError:
             log.info("the activity display of %s is still being edited; leaving it", key)
+
+    async def _speak(self, session: SessionRow, route: Route, result: RunResult, heard_voice: bool) -> None:
+        """The answer spoken after its text (bridge.gateway.voice_out), in the session it answered."""
+        assert self.voice is not None
+        current = await self.sessions.store.active_session(session.key)
+        if current is None or current.id != session.id:
+            return  # /clear while it answered: the new session's choice is not this answer's
+        try:
+            await self.voice.after_reply(current, route, result.run_id, result.reply, heard_voice=heard_voice)
+        except Exception:  # a bug here must not undo a turn whose text reply is on its way
+            log.exception("speaking the answer in %s failed", session.key)

@@ -12,6 +12,7 @@ from bridge.errors import MediaError, Unsupported
 from bridge.events import Attachment, dumps, loads, megabytes
 from bridge.media.blobs import MediaStore
 from bridge.media.parts import image_type
+from bridge.media.speech import Speaker
 from bridge.media.stt import Transcriber
 from bridge.metrics import Metrics
 from bridge.store.base import MessageRow
@@ -62,6 +63,8 @@ class MediaIntake:
         self.store = store
         self.blobs = blobs
         self.transcriber = Transcriber(settings.stt) if settings.stt.enabled else None
+        # [tts]: answers spoken back (bridge.gateway.voice_out), closed with the transcriber.
+        self.speaker = Speaker(settings.tts) if settings.tts.speaks else None
         # Set by the composition root: attachments counted by kind and outcome on /metrics.
         self.metrics: Metrics | None = None
 
@@ -181,3 +184,5 @@ class MediaIntake:
     async def aclose(self) -> None:
         if self.transcriber is not None:
             await self.transcriber.aclose()
+        if self.speaker is not None:
+            await self.speaker.aclose()

@@ -87,6 +87,13 @@ class Authority:
         the code, or the operator."""
         return self.is_owner and self.chat == keys.MAIN
 
+    @property
+    def may_choose_voice(self) -> bool:
+        """Switch spoken replies in its chat (/voice on|off|auto): an owner anywhere, and a member in
+        their own DM, which nobody else hears. Not a member in a group: every answer there spoken
+        (or none) is the whole group's, and "on" spends the operator's speech server on each one."""
+        return self.is_owner or (self.principal == "member" and self.is_own_dm(self.chat))
+
     def may_see(self, key: str, *, own: str | None = None) -> bool:
         """May read that session's history, list it, or search it. `own` is the session the run is in
         (a task's cron:<id>, a hook's hook:<name>), which it may always read."""

@@ -23,6 +23,9 @@ class SessionRow:
     parent_id: str | None = None
     # The model profile chosen with /model; None is [llm] itself. Kept across /clear, like send_policy.
     model_profile: str | None = None
+    # /voice: "on" (every answer also spoken), "off" (never), None (answers to voice notes). Kept
+    # across /clear, like send_policy.
+    voice_replies: str | None = None
 
     @property
     def active(self) -> bool:

@@ -393,6 +393,11 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO memories_search (rowid, content, place)
         SELECT id, substr(content, 1, 100000), 'k' || hex(scope) FROM memories;
     """,
+    # 17: /voice, whether a chat's answers are also spoken ([tts]): 'on', 'off', or NULL (answers to
+    # voice notes). Kept across /clear like send_policy and model_profile.
+    """
+    ALTER TABLE sessions ADD COLUMN voice_replies TEXT CHECK (voice_replies IN ('on', 'off'));
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

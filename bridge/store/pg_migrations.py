@@ -315,4 +315,17 @@ PG_MIGRATIONS: tuple[str, ...] = (
     ) STORED;
     CREATE INDEX memories_search ON memories USING gin (search);
     """,
+    # 17: /voice, whether a chat's answers are also spoken: 'on', 'off', or NULL (answers to voice
+    # notes). A change to it tells the other workers too, like /send and /model.
+    """
+    ALTER TABLE sessions ADD COLUMN voice_replies TEXT CHECK (voice_replies IN ('on', 'off'));
+    DROP TRIGGER session_changed ON sessions;
+    CREATE TRIGGER session_changed AFTER UPDATE ON sessions FOR EACH ROW
+        WHEN (OLD.send_policy IS DISTINCT FROM NEW.send_policy
+              OR OLD.model_profile IS DISTINCT FROM NEW.model_profile
+              OR OLD.voice_replies IS DISTINCT FROM NEW.voice_replies
+              OR OLD.verbosity IS DISTINCT FROM NEW.verbosity
+              OR OLD.ended_at IS DISTINCT FROM NEW.ended_at)
+        EXECUTE FUNCTION bridge_session_notify();
+    """,
 )

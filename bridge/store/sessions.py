@@ -1,4 +1,5 @@
-"""Sessions: one active conversation per chat key, its chat's metadata, and its /send and /model choices."""
+"""Sessions: one active conversation per chat key, its chat's metadata, and its /send, /model and /voice
+choices."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from bridge.store.engine import Conn, Database, Engine
 
 SESSION_COLS = (
     "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route, "
-    "parent_id, model_profile"
+    "parent_id, model_profile, voice_replies"
 )
 
 # The session columns an inbound message describes (SessionMeta's fields, same names as columns).
@@ -89,6 +90,12 @@ class SessionTable(Database):
                     "UPDATE sessions SET model_profile = ? WHERE id = ?", (previous.model_profile, row.id)
                 )
                 row = dataclasses.replace(row, model_profile=previous.model_profile)
+            if previous is not None and previous.voice_replies is not None:
+                # And /voice: whether this chat hears its answers is about the chat too.
+                conn.execute(
+                    "UPDATE sessions SET voice_replies = ? WHERE id = ?", (previous.voice_replies, row.id)
+                )
+                row = dataclasses.replace(row, voice_replies=previous.voice_replies)
             return row
 
         row = await self._write(replace)
@@ -144,6 +151,15 @@ class SessionTable(Database):
             )
         )
         self._active.update(session_id, model_profile=name)
+
+    async def set_voice_replies(self, session_id: str, choice: str | None) -> None:
+        """/voice: "on", "off", or None (answers to voice notes are spoken)."""
+        await self._write(
+            lambda conn: conn.execute(
+                "UPDATE sessions SET voice_replies = ? WHERE id = ?", (choice, session_id)
+            )
+        )
+        self._active.update(session_id, voice_replies=choice)
 
 
 def _insert_session(

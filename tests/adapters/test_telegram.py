@@ -53,6 +53,7 @@ async def test_commands_are_registered_and_typing_is_shown(
         "compact",
         "send",
         "model",
+        "voice",
         "pair",
         "tasks",
         "help",
