@@ -177,7 +177,13 @@ async def run(settings: Settings, path: Path | None = None) -> int:
     adapters = [GuardedAdapter(load_adapter_class(name).from_settings(settings)) for name in names]
     stop = asyncio.Event()
     _stop_on_signals(stop, settings.runs.shutdown_grace_s)
-    async with Bridge(settings, standby=stop, on_claim_lost=_lost_database) as bridge:
+    # The dashboard's chat and the completions API talk in main as the operator, who holds the token.
+    owners: tuple[str, ...] = ()
+    if settings.admin.enabled:
+        from bridge.http.webchat import WEB_OPERATOR
+
+        owners = (WEB_OPERATOR,)
+    async with Bridge(settings, standby=stop, on_claim_lost=_lost_database, extra_owners=owners) as bridge:
         if not bridge.claimed:
             return 0  # stopped while standing by: nothing was started
         reloader = _watch_config(bridge, settings, path)

@@ -10,9 +10,10 @@ from typing import Any
 import httpx
 
 from bridge.http.server import AdminServer
+from bridge.http.webchat import WEB_OPERATOR
 from bridge.reload import ConfigReloader
 from devkit.fakes.openai_server import FakeOpenAI
-from tests.harness import Harness, running_bridge
+from tests.harness import OWNER, Harness, running_bridge
 from tests.pg import free_port
 
 TOKEN = "a-token-of-the-operator-0123456789"
@@ -28,6 +29,7 @@ def client_of(base: str, token: str | None = TOKEN) -> httpx.AsyncClient:
 async def admin_bridge(
     tmp_path: Path,
     llm: FakeOpenAI,
+    /,
     *,
     adapters: Sequence[Any] = (),
     config_path: Path | None = None,
@@ -35,9 +37,11 @@ async def admin_bridge(
     **sections: Any,
 ) -> AsyncIterator[tuple[Harness, AdminServer, str]]:
     """A started Bridge on the fake model, its admin server listening; yields it and the base URL.
-    Keyword sections (hooks=, session=...) go into the settings."""
+    Keyword sections (hooks=, session=, llm=...) go into the settings."""
     port = free_port()
     admin = {"enabled": True, "port": port, **({"token": token} if token else {})}
+    # As bridge run makes it where the admin server runs: the web chat's operator talks in main.
+    sections.setdefault("owners", [f"test:{OWNER}", WEB_OPERATOR])
     async with running_bridge(tmp_path, llm, admin=admin, **sections) as harness:
         bridge = harness.bridge
         reloader = (

@@ -42,6 +42,8 @@ GROUP = "test:group:g1"
 TOPIC = "test:group:g1:topic:7"
 OTHER = "test:group:g2"
 DM = "test:dm:bob"
+# A named session of the dashboard's web chat (bridge.http.webchat): a member's own DM there.
+WEB_DM = "web:dm:scratch"
 CHANNEL = "test:channel:c5"
 
 ROUTES: dict[str, tuple[ChatType, str, str | None]] = {
@@ -93,6 +95,7 @@ def _task(chat: str, maker: str | None, task_id: str) -> Callable[[Harness], Aut
 KINDS: dict[str, Kind] = {
     "main": Kind("main", lambda h: h.bridge.authorities.for_chat("main", OWNER_ID)),
     "member_dm": Kind(DM, lambda h: h.bridge.authorities.for_chat(DM, "test:bob")),
+    "web_member": Kind(WEB_DM, lambda h: h.bridge.authorities.for_chat(WEB_DM, "web:scratch"), "web"),
     "group": Kind(GROUP, lambda h: h.bridge.authorities.for_chat(GROUP, "test:alice")),
     "topic": Kind(TOPIC, lambda h: h.bridge.authorities.for_chat(TOPIC, "test:alice")),
     "channel": Kind(CHANNEL, lambda h: h.bridge.authorities.for_chat(CHANNEL, "test:alice")),
@@ -247,7 +250,7 @@ TOOL_TABLE: dict[str, tuple[Probe, frozenset[str]]] = {
     "schedule_task posts into another group": (schedules_into_other_group, SEES_ALL),
     "schedule_task every minute": (
         schedules_every_minute,
-        frozenset({"main", "member_dm", "owner_in_group", "owner_task", "agent"}),
+        frozenset({"main", "member_dm", "web_member", "owner_in_group", "owner_task", "agent"}),
     ),
     "list_tasks shows main's tasks": (lists_mains_task, SEES_ALL),
     "cancel_task cancels another member's task": (
@@ -346,6 +349,10 @@ async def switch_model(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool
     return (await say("/model cheap")).startswith("This chat now uses the model profile cheap")
 
 
+async def voice_on(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool:
+    return (await say("/voice on")).startswith("Spoken replies in this chat: on")
+
+
 async def cancel_in_group(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool:
     carol = h.bridge.authorities.for_chat(GROUP, "test:carol")
     task = await h.bridge.tasks.create(carol, "carol's reminder", "in 5 hours")
@@ -359,6 +366,8 @@ async def list_pairing(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool
 COMMAND_TABLE: dict[str, tuple[CommandProbe, frozenset[str]]] = {
     "/send off": (send_off, OWNER_PLACES),
     "/model NAME": (switch_model, OWNER_PLACES),
+    # A member's own DM is theirs to hear; a group's answers are everyone's (bridge.gateway.voice_out).
+    "/voice on": (voice_on, OWNER_PLACES | {"member_dm"}),
     "/tasks cancel of another member's task in the group": (
         cancel_in_group,
         frozenset({"main", "owner_in_group"}),
@@ -368,6 +377,7 @@ COMMAND_TABLE: dict[str, tuple[CommandProbe, frozenset[str]]] = {
 COMMAND_ROWS: dict[str, tuple[str, ...] | str] = {
     "send": ("/send off",),
     "model": ("/model NAME",),
+    "voice": ("/voice on",),
     "tasks": ("/tasks cancel of another member's task in the group",),
     "pair": ("/pair",),
     "clear": "the chat's own session",
