@@ -14,6 +14,7 @@
     │   ├── AdapterStartError        an adapter could not start: bad token, unreachable API
     │   ├── AdapterLifecycleError    an adapter used out of order: started twice, sent to after stop
     │   ├── DeliveryRefused          the platform refused a chat for good: blocked, removed, no such chat
+    │   ├── DeliveryUncertain        a send that may have arrived: no answer came back in time
     │   └── Unsupported              an optional operation the platform lacks (bridge.platform)
     ├── ToolError                    a tool could not do what was asked; the model gets it as a result
     │   ├── ToolSourceError          an MCP server could not be reached or broke (bridge.mcp.connection)
