@@ -18,6 +18,7 @@ from bench import (
     round_trips,
     scale,
     schema_tokens,
+    telegram_turn,
     throughput,
 )
 from bench.common import RESULTS, machine
@@ -30,6 +31,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[dict[str, Any]]]] = {
     "memory": memory.run,
     "round_trips": round_trips.run,
     "scale": scale.run,
+    "telegram_turn": telegram_turn.run,
 }
 
 

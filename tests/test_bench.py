@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-NAMES = ["schema_tokens", "restore_cost", "throughput", "http_throughput", "memory", "round_trips", "scale"]
+NAMES = [
+    "schema_tokens",
+    "restore_cost",
+    "throughput",
+    "http_throughput",
+    "memory",
+    "round_trips",
+    "scale",
+    "telegram_turn",
+]
 
 
 def run(results: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from html import unescape
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-from telegram import Bot, BotCommand, LinkPreviewOptions, Message, ReplyParameters, Update
+from telegram import BotCommand, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
@@ -20,12 +20,12 @@ from telegram.error import (
     NetworkError,
     TelegramError,
 )
-from telegram.request import HTTPXRequest
 
 from adapters.telegram import media as telegram_media
 from adapters.telegram.format import to_telegram_html
 from adapters.telegram.media import attachments_of
 from adapters.telegram.retrying import SEND_BACKOFF, classify, refusals
+from adapters.telegram.transport import AiohttpRequest
 from adapters.telegram.updates import (
     ALLOWED_UPDATES,
     Intake,
@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 
 TEXT_LIMIT = 4096
 GENERAL_TOPIC = 1
-# Connections for sends and edits; PTB's Application used as many.
+# Connections for sends and edits; PTB's Application used as many. aiohttp's pool takes an idle one
+# without looking at the others, so a large pool costs nothing per request.
 SEND_CONNECTIONS = 256
 _MEDIA_KINDS = (
     "photo",
@@ -124,10 +125,10 @@ class TelegramAdapter(Adapter):
             cfg.token.get_secret_value(),
             base_url=f"{cfg.api_base}/bot",
             base_file_url=f"{cfg.api_base}/file/bot",
-            request=HTTPXRequest(connection_pool_size=SEND_CONNECTIONS),
+            request=AiohttpRequest(connections=SEND_CONNECTIONS),
             # A long poll is answered within poll_timeout_s; the extra 10 s covers a slow network.
             # Two connections, so stop()'s final confirmation never waits for an abandoned poll's.
-            get_updates_request=HTTPXRequest(connection_pool_size=2, read_timeout=cfg.poll_timeout_s + 10),
+            get_updates_request=AiohttpRequest(connections=2, read_timeout=cfg.poll_timeout_s + 10),
         )
         try:
             await bot.initialize()  # getMe
@@ -211,7 +212,7 @@ class TelegramAdapter(Adapter):
         await self._files.aclose()
 
     @property
-    def bot(self) -> Bot:
+    def bot(self) -> IntakeBot:
         if self._bot is None:
             raise RuntimeError("the Telegram adapter is not started")
         return self._bot
@@ -301,8 +302,7 @@ class TelegramAdapter(Adapter):
         for index, (html, plain) in enumerate(self._chunks(item.kind, item.text)):
             reply_to = item.route.reply_to if index == 0 else None
             with refusals():
-                message = await self._send_chunk(chat_id, html, plain, reply_to, params)
-            ids.append(message.message_id)
+                ids.append(await self._send_chunk(chat_id, html, plain, reply_to, params))
         if not ids:
             return None
         # Activity is edited later through its first message; a reply is known by its last.
@@ -339,36 +339,34 @@ class TelegramAdapter(Adapter):
         return out
 
     def _params(self, route: Route) -> dict[str, Any]:
-        params: dict[str, Any] = {"link_preview_options": LinkPreviewOptions(is_disabled=True)}
+        # Plain JSON rather than PTB's objects: the sends (_send_chunk) go as raw Bot API calls.
+        params: dict[str, Any] = {"link_preview_options": {"is_disabled": True}}
         if route.thread_id is not None and int(route.thread_id) != GENERAL_TOPIC:
             params["message_thread_id"] = int(route.thread_id)
         return params
 
     async def _send_chunk(
         self, chat_id: int, html: str | None, plain: str, reply_to: str | None, params: dict[str, Any]
-    ) -> Message:
+    ) -> int:
+        """One message sent; its id."""
+        data = {"chat_id": chat_id, **params}
         if reply_to is not None:
-            params = {
-                **params,
-                "reply_parameters": ReplyParameters(
-                    message_id=int(reply_to), allow_sending_without_reply=True
-                ),
-            }
+            data["reply_parameters"] = {"message_id": int(reply_to), "allow_sending_without_reply": True}
         if html is not None:
             try:
-                return await self._retrying(
-                    lambda: self.bot.send_message(chat_id, html, parse_mode=ParseMode.HTML, **params),
-                    what="send",
-                    idempotent=False,
-                )
+                return await self._send_message({**data, "text": html, "parse_mode": ParseMode.HTML})
             except BadRequest as exc:
                 if "parse entities" not in str(exc).lower():
                     raise
                 # Telegram refused the markup, so nothing was sent: the same chunk goes as plain text.
                 log.warning("Telegram refused the HTML of a reply (%s); sending it as plain text", exc)
-        return await self._retrying(
-            lambda: self.bot.send_message(chat_id, plain, **params), what="send", idempotent=False
+        return await self._send_message({**data, "text": plain})
+
+    async def _send_message(self, data: dict[str, Any]) -> int:
+        sent = await self._retrying(
+            lambda: self.bot.call_raw("sendMessage", data), what="send", idempotent=False
         )
+        return int(sent["message_id"])
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """An Inbound attachment's bytes (getFile, then the file itself); MediaError when it can't."""
@@ -395,34 +393,31 @@ class TelegramAdapter(Adapter):
                 what="send a file",
                 idempotent=False,
             )
+            sent_id = sent.message_id
             if not fits:
                 params.pop("reply_parameters", None)
                 for html, plain in self._chunks("notice", item.text):
-                    sent = await self._send_chunk(chat_id, html, plain, None, params)
-        return str(sent.message_id)
+                    sent_id = await self._send_chunk(chat_id, html, plain, None, params)
+        return str(sent_id)
 
     async def edit_reply(self, route: Route, message_id: str, text: str) -> None:
         """Turn a streamed draft into the reply's first chunk: its Markdown rendered, as send() does."""
         html, plain = self._chunks("reply", text)[0]
+        target = {"chat_id": int(route.chat_id), "message_id": int(message_id)}
 
         async def call() -> None:
             try:
                 if html is not None:
                     try:
-                        await self.bot.edit_message_text(
-                            html,
-                            chat_id=int(route.chat_id),
-                            message_id=int(message_id),
-                            parse_mode=ParseMode.HTML,
+                        await self.bot.call_raw(
+                            "editMessageText", {**target, "text": html, "parse_mode": ParseMode.HTML}
                         )
                         return
                     except BadRequest as exc:
                         if "parse entities" not in str(exc).lower():
                             raise
                         log.warning("Telegram refused the HTML of a reply (%s); editing as plain text", exc)
-                await self.bot.edit_message_text(
-                    plain, chat_id=int(route.chat_id), message_id=int(message_id)
-                )
+                await self.bot.call_raw("editMessageText", {**target, "text": plain})
             except BadRequest as exc:
                 if "not modified" not in str(exc).lower():
                     raise
@@ -431,11 +426,11 @@ class TelegramAdapter(Adapter):
             await self._retrying(call, what="edit", idempotent=True)
 
     async def edit(self, route: Route, message_id: str, text: str) -> None:
-        text = _tail(text, TEXT_LIMIT)
+        data = {"chat_id": int(route.chat_id), "message_id": int(message_id), "text": _tail(text, TEXT_LIMIT)}
 
         async def call() -> None:
             try:
-                await self.bot.edit_message_text(text, chat_id=int(route.chat_id), message_id=int(message_id))
+                await self.bot.call_raw("editMessageText", data)
             except BadRequest as exc:
                 if "not modified" not in str(exc).lower():
                     raise
@@ -446,8 +441,8 @@ class TelegramAdapter(Adapter):
     async def typing(self, route: Route) -> None:
         params = self._params(route)
         params.pop("link_preview_options")
-        # Not retried: the delivery loop sends it again every few seconds anyway, and a back-off
-        # here would only hold a connection for an indicator that has expired by then.
+        # Not retried: it is shown once, a second into a slow answer (bridge/gateway/delivery.py), and
+        # a back-off here would only hold a connection for an indicator that has expired by then.
         await self.bot.send_chat_action(int(route.chat_id), ChatAction.TYPING, **params)
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], *, what: str, idempotent: bool) -> T:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
+import aiohttp
 import httpx
 from telegram.error import BadRequest, Forbidden, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.warnings import PTBDeprecationWarning
@@ -36,8 +37,11 @@ def _retry_after_s(exc: RetryAfter) -> float:
 
 
 def _surely_unsent(exc: TimedOut) -> bool:
-    """A connect or pool timeout never reached Telegram; a read timeout may have been delivered."""
-    return isinstance(exc.__cause__, httpx.ConnectTimeout | httpx.PoolTimeout) or "not* sent" in str(exc)
+    """A connect or pool timeout never reached Telegram; a read timeout may have been delivered. The
+    aiohttp transport (adapters/telegram/transport.py) times the pool wait and the connection out
+    together, and says "*not* sent" as PTB's HTTPXRequest does for its pool timeout."""
+    unsent = aiohttp.ConnectionTimeoutError | httpx.ConnectTimeout | httpx.PoolTimeout
+    return isinstance(exc.__cause__, unsent) or "not* sent" in str(exc)
 
 
 def classify(exc: BaseException) -> Verdict:

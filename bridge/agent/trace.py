@@ -94,8 +94,10 @@ class RunTrace:
             "messages": list(messages),
             "tools": tools,
         }
-        # Images are kept out: a trace records that a photo went, not its megabytes.
-        request = without_image_data(request)
+        # Images are kept out: a trace records that a photo went, not its megabytes. Only a request
+        # that carries one is copied to blank it out (copying every body was 9.5% of a turn).
+        if any(image.data for message in messages for image in message.images):
+            request = without_image_data(request)
         step: dict[str, Any] = {"type": "model", "ms": _ms(started), "request": self._shared(request)}
         if final:
             step["final_without_tools"] = True

@@ -22,7 +22,8 @@ from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
 
-TYPING_INTERVAL_S = 4.0
+# A run still going this long in shows typing, once.
+TYPING_AFTER_S = 1.0
 UNCERTAIN_REASON = (
     "in flight when Bridge stopped, so it may have arrived; not sent again ([delivery] resend_uncertain)"
 )
@@ -289,11 +290,11 @@ class Delivery:
 
     @contextlib.asynccontextmanager
     async def typing(self, route: Route, session_key: str | None = None) -> AsyncIterator[None]:
-        """Show typing for as long as the block runs (not where the bot may not speak)."""
+        """Show typing once, if the block still runs TYPING_AFTER_S in (not where the bot may not
+        speak). A quick answer needs no indicator, and each one is a platform request: sending it at
+        the start of every run, and again every few seconds, made it one Bot API call in four."""
         sender = self._senders.get(route.surface)
-        if sender is not None and not await self.may_speak(route, session_key):
-            sender = None
-        task = asyncio.create_task(self._keep_typing(sender, route)) if sender else None
+        task = asyncio.create_task(self._type_later(sender, route, session_key)) if sender else None
         try:
             yield
         finally:
@@ -302,13 +303,13 @@ class Delivery:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _keep_typing(self, sender: Sender, route: Route) -> None:
-        while True:
-            try:
+    async def _type_later(self, sender: Sender, route: Route, session_key: str | None) -> None:
+        await asyncio.sleep(TYPING_AFTER_S)
+        try:
+            if await self.may_speak(route, session_key):
                 await sender.typing(route)
-            except Exception:
-                log.debug("typing indicator failed on %s", route.surface, exc_info=True)
-            await asyncio.sleep(TYPING_INTERVAL_S)
+        except Exception:
+            log.debug("typing indicator failed on %s", route.surface, exc_info=True)
 
 
 def _resolved(value: str | None) -> asyncio.Future[str | None]:

@@ -49,7 +49,8 @@ def mention(dc: FakeDiscord) -> str:
 async def test_a_dm_from_the_owner_is_answered_as_a_reply_that_pings_no_one(
     rig: Callable[..., Any], dc: FakeDiscord, fake_llm: FakeOpenAI
 ) -> None:
-    fake_llm.push(fake.text("Hello @everyone and <@&123>"))
+    # Slow enough (over a second) to show typing.
+    fake_llm.push(fake.delay(1.2, fake.text("Hello @everyone and <@&123>")))
     async with rig(fake_llm) as r:
         asked = dc.dm(OWNER, "hi bot")
         [reply] = await r.bot_sent(asked["channel_id"], 1)

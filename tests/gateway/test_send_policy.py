@@ -72,7 +72,8 @@ async def test_a_denied_chat_is_read_and_answered_in_history_but_nothing_is_sent
 
 async def test_a_denied_chat_shows_no_typing(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
     typed: list[str] = []
-    fake_llm.push(fake.delay(0.2, fake.text("hi")))
+    # Slow enough that an allowed chat would see typing (after a second).
+    fake_llm.push(fake.delay(1.5, fake.text("hi")))
     async with running_bridge(tmp_path, fake_llm, session=rules({"action": "deny", "match": {}})) as h:
 
         async def typing(route: Any) -> None:
