@@ -6,6 +6,7 @@ from collections.abc import Set
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
+from bridge.agent.chat_agents import RunAgent
 from bridge.config import Settings
 from bridge.skills import SkillCatalog
 from bridge.store.base import SessionRow
@@ -21,12 +22,17 @@ def build_system_prompt(
     memories: list[str],
     summary: str | None = None,
     loaded_skills: Set[str] = frozenset(),
+    *,
+    agent: RunAgent | None = None,
 ) -> str:
+    """The system prompt of one model request. `agent` is the chat's agent ([agents.NAME]): its prompt
+    and language come first in place of [agent] system_prompt, and only its skills are listed (its
+    groups: `registry` is the registry as it sees it). None: the default agent."""
     # Date only, not the time: the prompt then stays byte-identical all day, which keeps provider-side
     # prompt caches warm. get_current_time gives the exact time.
     today = datetime.now(UTC).astimezone(ZoneInfo(settings.agent.timezone))
     parts = [
-        settings.agent.system_prompt.strip(),
+        agent.instructions() if agent is not None else settings.agent.system_prompt.strip(),
         f"Today is {today:%A, %Y-%m-%d} ({settings.agent.timezone}). This conversation: {_place(session)}.",
     ]
     if memories:
@@ -42,7 +48,8 @@ def build_system_prompt(
         parts.append(listing)
     # No skills configured, or load_skill disabled: nothing to list.
     if registry.get(LOAD_SKILL) is not None:
-        parts.extend(skill_sections(settings.skills.catalog, loaded_skills))
+        catalog = agent.skills if agent is not None else settings.skills.catalog
+        parts.extend(skill_sections(catalog, loaded_skills))
     return "\n\n".join(parts)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from bridge.agent.asking import ModelRequests
 from bridge.agent.attachments import read_attachments
+from bridge.agent.chat_agents import ChatAgents, RunAgent
 from bridge.agent.history import build_messages, size, truncate, within_budget
 from bridge.agent.loops import LoopGuard, Stop, in_words, last_answer, last_request
 from bridge.agent.prompt import build_system_prompt
@@ -37,7 +38,7 @@ from bridge.store.base import OutboxItem, OutboxRow, SessionRow
 from bridge.store.sqlite import new_id
 from bridge.store.tables import DatabaseStore
 from bridge.text import scrub
-from bridge.tools.base import FileSender, SessionMessenger, ToolContext
+from bridge.tools.base import FileSender, SessionMessenger, SubAgentSpawner, ToolContext
 from bridge.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -83,11 +84,15 @@ class AgentRunner:
         self.tasks: TaskCatalog | None = None
         # Where send_file sends (set by the composition root; None: no chat to send to).
         self.files: FileSender | None = None
+        # Where spawn_agent starts sub-agents (set by the composition root; None: none here).
+        self.spawner: SubAgentSpawner | None = None
         # Set by the composition root: where runs, model requests and tool calls are counted, and
         # the admin server's live stream.
         self.metrics: Metrics | None = None
         self.live = LiveEvents()
         self.tools = ToolCaller(settings, store, registry)
+        # Which agent ([agents.NAME]) each chat has; a config reload swaps its settings.
+        self.agents = ChatAgents(settings, registry)
         self.blobs = MediaStore(media_root(settings))
         self._redact = redactor(settings)
         self._finished = 0
@@ -105,6 +110,7 @@ class AgentRunner:
         display: LiveDisplay | None = None,
         media: MediaReader | None = None,
         authority: Authority | None = None,
+        parent_run_id: str | None = None,
     ) -> RunResult:
         """Answer the session's newest message (or `upto`, in followup mode).
 
@@ -116,6 +122,7 @@ class AgentRunner:
         `media` reads the attachments of the messages it answers (photos fetched, voice transcribed).
         `authority` is whom the run acts for; a chat's run (None) acts for whoever wrote the newest
         message it answers, in that chat.
+        `parent_run_id` is the run that started this one as a sub-agent (spawn_agent), for traces.
         """
         observer = observer or NullObserver()
         agent = self.settings.agent
@@ -130,6 +137,7 @@ class AgentRunner:
             memory_limit=agent.memory_limit,
             upto=upto,
             force=force,
+            parent_run_id=parent_run_id,
         )
         if started.answers is None or started.input_hash is None:
             return RunResult(run_id, "skipped", "")
@@ -140,15 +148,18 @@ class AgentRunner:
         if media is not None:
             limit = agent.run_timeout_s
             rows = await read_attachments(media, rows, run_id=run_id, store=self.store, timeout_s=limit)
+        # The chat's agent: its prompt, and the registry and skills as it sees them (only what it may use).
+        chat_agent = self.agents.for_run(session)
         # Restored from the whole history with one indexed query, not from the window: a group loaded
-        # 200 turns ago is still loaded. Groups that left the registry are dropped here.
-        loaded = self.registry.known_groups(context.loaded_groups if self.restore_groups else ())
-        # Loaded skills come back the same way; those no longer configured are dropped.
-        skills = self.settings.skills.catalog.known(context.loaded_skills if self.restore_groups else ())
+        # 200 turns ago is still loaded. Groups that left the registry, or that this chat's agent may
+        # not use (loaded under another agent), are dropped here.
+        loaded = chat_agent.registry.known_groups(context.loaded_groups if self.restore_groups else ())
+        # Loaded skills come back the same way; those no longer configured (or not the agent's) are dropped.
+        skills = chat_agent.skills.known(context.loaded_skills if self.restore_groups else ())
         ctx = ToolContext(
             settings=self.settings,
             store=self.store,
-            registry=self.registry,
+            registry=chat_agent.registry,
             session=session,
             run_id=run_id,
             authority=authority,
@@ -159,6 +170,9 @@ class AgentRunner:
             tasks=self.tasks,
             loaded_skills=skills,
             files=self.files,
+            spawner=self.spawner,
+            skills=chat_agent.skills,
+            workspace=chat_agent.workspace,
         )
         summary = context.summary.content if context.summary else None
         replay = build_messages(rows, agent.max_tool_result_chars)
@@ -178,15 +192,18 @@ class AgentRunner:
             display=display,
             images=ImageReader(self.blobs, self.settings.media.history_images),
         )
-        # The chat's model (/model), or [llm]'s; a profile since removed from the config means [llm]'s.
-        profile = state.answering = self.profiles.resolve(session.model_profile)
+        # The chat's model (/model), else its agent's, else [llm]'s; a profile since removed from the
+        # config counts as none.
+        profile = state.answering = self.profiles.resolve(self.agents.model_profile(session))
+        if not chat_agent.choice.is_default:
+            state.trace.header["agent"] = chat_agent.name
         state.provider = self.profiles.get(profile)
         state.trace.use_model(profile, self.profiles.settings(profile).model)
         # Past the budget (or a full window, so older rows exist): the dispatcher compacts after the reply.
         over_budget = len(context.rows) >= agent.history_limit or size(replay) > budget
         try:
             async with asyncio.timeout(agent.run_timeout_s):
-                result = await self._loop(ctx, state, observer)
+                result = await self._loop(ctx, state, observer, chat_agent)
         except TimeoutError:
             result = self._end(
                 state,
@@ -252,24 +269,29 @@ class AgentRunner:
         what = said or f"Something went wrong while answering ({type(exc).__name__})."
         return self._end(state, "error", f"⚠️ {_sentence(what)} {RETRY_HINT}")
 
-    async def _loop(self, ctx: ToolContext, state: RunState, observer: RunObserver) -> RunResult:
+    async def _loop(
+        self, ctx: ToolContext, state: RunState, observer: RunObserver, chat_agent: RunAgent
+    ) -> RunResult:
         agent = self.settings.agent
         guard = LoopGuard(agent.loops)
+        # The registry as the chat's agent sees it: the listing, the tools sent and the calls allowed.
+        registry = chat_agent.registry
         # An MCP server's group restored after a restart is listed once in this process, here, so its
         # tools are offered; within the run's time limit.
-        await self.registry.prepare(ctx.loaded_groups)
+        await registry.prepare(ctx.loaded_groups)
         for iteration in range(1, agent.max_iterations + 1):
             state.iterations = iteration
             system = build_system_prompt(
                 self.settings,
-                self.registry,
+                registry,
                 ctx.session,
                 ctx.loaded_groups,
                 state.memories,
                 state.summary,
                 ctx.loaded_skills,
+                agent=chat_agent,
             )
-            tools = self.registry.active_tools(ctx.loaded_groups)
+            tools = [t for t in registry.active_tools(ctx.loaded_groups) if t.offered_to(ctx)]
             completion = await self._models.complete(
                 state, [ChatMessage("system", system), *state.messages], [t.schema() for t in tools]
             )
@@ -307,7 +329,9 @@ class AgentRunner:
                 # The model's text that came with the calls is stored once, on the first call.
                 preamble = completion.content if index == 0 else ""
                 started = RunTrace.clock()
-                result = await self.tools.call(ctx, call, iteration, preamble, observer, state.writes)
+                result = await self.tools.call(
+                    ctx, call, iteration, preamble, observer, state.writes, registry
+                )
                 state.trace.tool_call(started, call, result)
                 if self.metrics is not None:
                     self.metrics.tool_call(call.name, result.status)

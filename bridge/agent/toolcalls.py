@@ -81,13 +81,15 @@ class ToolCaller:
         preamble: str,
         observer: RunObserver,
         writes: list[asyncio.Task[None]],
+        registry: ToolRegistry | None = None,
     ) -> ToolResult:
         """Run the call and record it. The record's write is queued, not awaited: the next model
         request does not wait for the database. It goes into `writes`, which the run awaits before
-        it finishes (so its own record comes after them, and a failed write still fails the run)."""
+        it finishes (so its own record comes after them, and a failed write still fails the run).
+        `registry` is the registry as the run's agent sees it (ToolRegistry.only); None: all of it."""
         view = ToolStep(call.id, call.name, summarize_arguments(call.arguments))
         await observer.tool_started(view)
-        result = await self.execute(ctx, call)
+        result = await self.execute(ctx, call, registry)
         # Call and result are written in one transaction, as a task of its own: a cancel of the run
         # cannot split them, nor stop the write.
         writes.append(
@@ -111,7 +113,10 @@ class ToolCaller:
         await observer.tool_finished(view)
         return result
 
-    async def execute(self, ctx: ToolContext, call: ToolCall) -> ToolResult:
+    async def execute(
+        self, ctx: ToolContext, call: ToolCall, registry: ToolRegistry | None = None
+    ) -> ToolResult:
+        registry = registry or self.registry
         try:
             args = loads(call.arguments or "{}")
         except ValueError as exc:
@@ -121,10 +126,10 @@ class ToolCaller:
         if not isinstance(args, dict):
             return ToolResult.error("invalid_arguments", "Arguments must be a JSON object.")
         # Recomputed per call: a group loaded earlier in this same response is usable at once.
-        active: dict[str, Tool] = {t.name: t for t in self.registry.active_tools(ctx.loaded_groups)}
+        active: dict[str, Tool] = {t.name: t for t in registry.active_tools(ctx.loaded_groups)}
         tool = active.get(call.name)
         if tool is None:
-            return self.unavailable(call.name, active)
+            return self.unavailable(ctx, call.name, active, registry)
         # One check for every tool, so the model always reads the same kind of answer to a bad call.
         checked = validate_arguments(tool, args)
         if isinstance(checked, ToolResult):
@@ -143,24 +148,28 @@ class ToolCaller:
             on = f" on {tool.origin}" if tool.origin else ""
             return ToolResult.error("tool_failed", f"{tool.name}{on} failed: {type(exc).__name__}: {exc}")
 
-    def unavailable(self, name: str, active: dict[str, Tool]) -> ToolResult:
-        called = self.registry.group(name)
+    def unavailable(
+        self, ctx: ToolContext, name: str, active: dict[str, Tool], registry: ToolRegistry
+    ) -> ToolResult:
+        if registry.withheld(name):
+            return ToolResult.error("not_available", f"Tool group '{name}' is not available in this chat.")
+        called = registry.group(name)
         if called is not None:
-            tools = ", ".join(t.name for t in self.registry.tools_of(called))
+            tools = ", ".join(t.name for t in registry.tools_of(called))
             return ToolResult.error(
                 "not_loaded",
                 f"'{name}' is a tool group, not a tool. Call load_tool_group with group_name='{name}', "
                 + (f"then call one of its tools: {tools}." if tools else "then call one of its tools."),
             )
-        skill = self.settings.skills.catalog.get(name)
-        if skill is not None and self.registry.get("load_skill") is not None:
+        skill = ctx.skill_catalog.get(name)
+        if skill is not None and registry.get("load_skill") is not None:
             # Small models call a skill's name like a tool, as they do a group's.
             return ToolResult.error(
                 "not_loaded",
                 f"'{skill.name}' is a skill, not a tool. Call load_skill with name='{skill.name}' to "
                 "read its instructions.",
             )
-        group = self.registry.group_of(name)
+        group = registry.group_of(name)
         if group is not None:
             return ToolResult.error(
                 "not_loaded",

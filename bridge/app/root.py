@@ -26,6 +26,7 @@ from bridge.gateway.lanes import Lanes
 from bridge.gateway.pairing import Pairing
 from bridge.gateway.policy import PolicyGate, SendPolicy
 from bridge.gateway.presence import Presence
+from bridge.gateway.subagents import SubAgents
 from bridge.jobs.headless import Headless
 from bridge.jobs.hooks import HookService
 from bridge.jobs.tasks import TaskService
@@ -114,6 +115,9 @@ class Bridge:
         self.authorities = self.runner.authorities = self.sessions.authorities
         self.a2a = AgentToAgent(settings, self.store, self.runner, self.lanes, self.delivery, self.gate)
         self.runner.messenger = self.a2a
+        # spawn_agent's children: runs of their own in lanes of their own.
+        self.subagents = SubAgents(settings, self.store, self.runner, self.lanes, self.delivery)
+        self.runner.spawner = self.subagents
         # Runs nobody typed: scheduled tasks (the scheduled_tasks tools make them) and webhook events
         # (POST /hooks/<name>); their loops start once recover() ran.
         self.headless = Headless(self.store, self.runner, self.lanes, self.delivery)
@@ -136,7 +140,9 @@ class Bridge:
             self.gate,
             self.pairing,
             tasks=self.tasks,
+            agents=self.runner.agents,
         )
+        self.commands.stop_children = self.subagents.stop_children
         # Attachments users send: kept by content beside the database, voice sent to [stt].
         self.media = MediaIntake(settings, self.store, self.runner.blobs)
         self.media.metrics = self.metrics
@@ -162,12 +168,13 @@ class Bridge:
             self._on_claim_lost()
 
     def _provider_for(self, session: SessionRow) -> Provider:
-        """The model a session's compaction asks: the one its turns run on."""
-        return self.profiles.get(session.model_profile)
+        """The model a session's compaction asks: the one its turns run on (/model, else its agent's)."""
+        return self.profiles.get(self.runner.agents.model_profile(session))
 
     def apply_live_settings(self, settings: Settings) -> None:
-        """Take the live-reloadable parts of a reloaded config: send policy and access lists."""
+        """Take the live-reloadable parts of a reloaded config: send policy, access lists and agents."""
         self.policy.update(settings.session.send_policy)
+        self.runner.agents.update(settings.agents)
         self.access.update(settings)
 
     def add_sender(self, sender: Sender) -> None:
@@ -308,10 +315,13 @@ class Bridge:
         if dropped:
             log.info("shutdown: %d waiting message(s) stay stored for the next start", dropped)
         try:
-            await asyncio.wait_for(asyncio.gather(self.lanes.idle(), self.a2a.idle()), grace)
+            await asyncio.wait_for(
+                asyncio.gather(self.lanes.idle(), self.a2a.idle(), self.subagents.idle()), grace
+            )
         except TimeoutError:
             log.warning("shutdown: answers still running after %g s are being stopped", grace)
         await self.a2a.close()
+        await self.subagents.close()
         await self.lanes.close()
         # A compaction under way is only a head start on the next one: stopped, it has written nothing.
         await self.compactor.close()
@@ -335,6 +345,7 @@ class Bridge:
         await self.tasks.stop()
         await self.hooks.stop()
         await self.a2a.close()
+        await self.subagents.close()
         await self.lanes.close()
         await self.compactor.close()
         await self.delivery.close()

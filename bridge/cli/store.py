@@ -24,6 +24,7 @@ async def show_trace(settings: Settings, run_id: str, *, as_json: bool) -> int:
         async with existing_store(settings.storage) as store:
             run = await store.get_run(run_id)
             text = await store.get_trace(run_id) if run else None
+            children = await store.child_runs(run_id) if run else []
     except StoreError as exc:
         return fail(exc, settings)
     if run is None:
@@ -35,7 +36,15 @@ async def show_trace(settings: Settings, run_id: str, *, as_json: bool) -> int:
             file=sys.stderr,
         )
         return EXIT_RUNTIME
-    print(json.dumps(expand_trace(json.loads(text)), ensure_ascii=False) if as_json else format_trace(text))
+    if as_json:
+        print(json.dumps(expand_trace(json.loads(text)), ensure_ascii=False))
+        return 0
+    print(format_trace(text))
+    # The run's place in a tree of sub-agents (spawn_agent): each of them has a trace of its own.
+    if run.parent_run_id:
+        print(f"started as a sub-agent by run {run.parent_run_id} (bridge trace {run.parent_run_id})")
+    for child in children:
+        print(f"sub-agent run {child.id}: {child.status} (bridge trace {child.id})")
     return 0
 
 
@@ -56,6 +65,8 @@ async def list_runs(settings: Settings, session_key: str | None, limit: int) -> 
         tokens = run.prompt_tokens + run.completion_tokens
         # A compaction is not an answer: marked, so `bridge trace` is the place to read its summary.
         what = f"{key} (compaction)" if run.kind == "compaction" else key
+        if run.parent_run_id:
+            what += f" (sub-agent of {run.parent_run_id})"
         print(row.format(run.id, started, run.status, run.iterations, tokens, seconds, what))
     if not runs:
         print("(no runs)")

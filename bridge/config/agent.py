@@ -49,6 +49,12 @@ class AgentSettings(Section):
     run_timeout_s: float = Field(300.0, gt=0)
     memory_limit: int = Field(20, ge=0, le=500)
     timezone: str = "UTC"
+    # Sub-agents (spawn_agent) running at once for the chat where a chain began, however many runs
+    # started them there; 0 turns spawn_agent off. Each takes a run slot ([runs] max_concurrent_runs).
+    max_subagents: int = Field(3, ge=0, le=20)
+    # How long spawn_agent(wait=true) waits for the sub-agent's answer; past it the sub-agent goes
+    # on, and its answer is posted in the parent's chat when it is done.
+    subagent_wait_s: float = Field(120.0, gt=0, le=600)
 
     @model_validator(mode="before")
     @classmethod

@@ -149,6 +149,10 @@ def _render_section(name: str, section: BaseModel) -> list[str]:
                 lines.append(f"# {sub_name} is unset")
         else:
             lines.append(f"{sub_name} = {_toml_value(sub)}")
+    # A table whose other keys are named tables ([agents.NAME]): each rendered as it is written.
+    for key, item in (section.model_extra or {}).items():
+        if isinstance(item, BaseModel):
+            nested.extend(_render_section(f"{name}.{key}", item))
     if isinstance(section, LLMProfile):
         lines.insert(1, "# keys not shown come from [llm] (its key only when the server is the same)")
     # A section holding only sub-tables (e.g. [session]) needs no header of its own.

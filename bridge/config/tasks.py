@@ -95,7 +95,7 @@ class HookSettings(Section):
             kind = keys.kind(value)
         except SessionKeyError as exc:
             raise ValueError(str(exc)) from None
-        if kind in ("cron", "hook", "node"):
+        if kind in ("cron", "hook", "node", "agent"):
             raise ValueError(f"{value!r} is no chat: give the session key of a chat, e.g. 'main'")
         return value
 

@@ -1,5 +1,5 @@
-"""Chat commands: /clear, /new, /status, /stop, /send, /model, /voice, /pair, /tasks, /help (/retry and
-/compact: the dispatcher)."""
+"""Chat commands: /clear, /new, /status, /stop, /send, /model, /agent, /voice, /pair, /tasks, /help
+(/retry and /compact: the dispatcher)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from bridge.agent.chat_agents import ChatAgents
 from bridge.config import Settings
+from bridge.config.agents import DEFAULT_AGENT, AgentChoice
 from bridge.config.llm import DEFAULT_PROFILE
 from bridge.errors import PairingLimited
 from bridge.gateway.lanes import Lanes
@@ -31,6 +33,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("compact", "Summarise the older turns of this session now, to keep its history short"),
     ("send", "Owners: let the bot speak here (on), keep it silent (off), or follow the config (inherit)"),
     ("model", "List the model profiles; owners: /model NAME switches this chat's model"),
+    ("agent", "Show this chat's agent; owners: /agent NAME switches it, /agent default follows the config"),
     ("voice", "Spoken replies here: on (every answer), off (none), auto (answers to voice messages)"),
     ("pair", "Owners: approve a stranger's pairing code (/pair CODE), or list the codes waiting"),
     ("tasks", "List this chat's scheduled tasks and when they run next; /tasks cancel ID cancels one"),
@@ -68,8 +71,12 @@ class Commands:
         gate: PolicyGate,
         pairing: Pairing | None = None,
         tasks: TaskCatalog | None = None,
+        agents: ChatAgents | None = None,
     ) -> None:
         self.gate = gate
+        # Which agent each chat has; the runner's own (the composition root passes it), so a reload
+        # that swaps the bindings is seen here too.
+        self.agents = agents or ChatAgents(settings, registry)
         self.pairing = pairing
         self.tasks = tasks
         self.settings = settings
@@ -78,6 +85,8 @@ class Commands:
         self.lanes = lanes
         # Where workers share the chats: stops a chat's run in the worker running it (sharing.py).
         self.stop_elsewhere: Callable[[str], Awaitable[bool]] | None = None
+        # Stops the sub-agents a chat's runs started (bridge.gateway.subagents); how many it stopped.
+        self.stop_children: Callable[[str], Awaitable[int]] | None = None
         self.registry = registry
 
     async def handle(
@@ -91,6 +100,8 @@ class Commands:
             return await self.send(key, command.args, surface=surface, is_owner=is_owner)
         if command.name == "model":
             return await self.model(key, command.args, is_owner=is_owner)
+        if command.name == "agent":
+            return await self.agent(key, command.args, is_owner=is_owner)
         if command.name == "voice":
             return await self.voice(key, command.args, sender=sender)
         if command.name == "stop":
@@ -106,6 +117,7 @@ class Commands:
     async def clear(self, key: str) -> str:
         # Cancel first: a run still in flight must not write its reply into the new session.
         await self._cancel(key)
+        await self._stop_children(key)
         session = await self.sessions.start_new(key)
         return (
             f"Started a new session ({session.id}). History and loaded tool groups start fresh; "
@@ -117,12 +129,20 @@ class Commands:
             return True
         return self.stop_elsewhere is not None and await self.stop_elsewhere(key)
 
+    async def _stop_children(self, key: str) -> int:
+        return await self.stop_children(key) if self.stop_children is not None else 0
+
     async def stop(self, key: str) -> str:
         stopped = await self._cancel(key)
+        # After the parent: stopped first, it cannot react to its children's end.
+        children = await self._stop_children(key)
         # Messages that waited behind the stopped answer are dropped with it; marked so, the next
         # start does not take them for messages a restart left unanswered.
         session = await self.store.active_session(key)
         skipped = session is not None and await self.store.skip_unanswered(session.id, "dropped by /stop")
+        if children:
+            subagents = f"{children} sub-agent{'s' if children > 1 else ''}"
+            return f"Stopped the answer in progress and {subagents}." if stopped else f"Stopped {subagents}."
         if stopped:
             return "Stopped the answer in progress."
         return "Dropped the messages that were waiting." if skipped else "Nothing is running."
@@ -148,22 +168,58 @@ class Commands:
         session = await self.sessions.active_for_key(key)
         name = args.strip().lower()
         if not name:
-            current = _profile_of(self.settings, session)
+            current = self.agents.profile_of(session)
             lines = [
                 f"{'▶' if profile == current else '•'} {profile}: {_describe_profile(self.settings, profile)}"
                 for profile in llm.profile_names()
             ]
             hint = "Owners switch with /model NAME." if len(lines) > 1 else "No other profile is configured."
+            if session.model_profile is None and current != DEFAULT_PROFILE:
+                hint = f"This chat's agent {self.agents.of(session).name} picks {current}. {hint}"
             return "\n".join(["Model profiles (▶ this chat):", *lines, hint])
         if not is_owner:
             return "Only an owner of this bot can change the model of a chat."
         if name not in llm.profile_names():
             return f"There is no model profile {name!r}. Profiles: {', '.join(llm.profile_names())}."
-        # "default" is stored as no choice: the chat follows [llm] as the config changes.
-        await self.store.set_model_profile(session.id, None if name == DEFAULT_PROFILE else name)
+        # "default" is stored as no choice: the chat follows [llm] as the config changes. Where the chat's
+        # agent picks a profile of its own, it is stored as said: /model wins over the agent's.
+        own = self.agents.of(session).agent
+        follows = name == DEFAULT_PROFILE and (own is None or own.model_profile in (None, DEFAULT_PROFILE))
+        await self.store.set_model_profile(session.id, None if follows else name)
         return (
             f"This chat now uses the model profile {name}: {_describe_profile(self.settings, name)}. "
             "It stays for this chat, across /clear, until /model changes it."
+        )
+
+    async def agent(self, key: str, args: str, *, is_owner: bool) -> str:
+        """/agent says the chat's agent and why; /agent NAME (owners only) sets it for the chat, kept
+        across /clear; /agent default goes back to [[agents.bindings]]. main keeps the default agent."""
+        session = await self.sessions.active_for_key(key)
+        names = self.agents.agents.names
+        name = args.strip().lower()
+        if not name:
+            hint = (
+                "Owners switch with /agent NAME; /agent default follows the bindings of the config."
+                if len(names) > 1
+                else "No agent is configured ([agents.NAME] in the config)."
+            )
+            return "\n".join(
+                [f"Agent: {agent_state(self.agents.of(session))}", f"Agents: {', '.join(names)}.", hint]
+            )
+        if not is_owner:
+            return "Only an owner of this bot can change the agent of a chat."
+        if self.agents.of(session).source == "main":
+            return "main keeps the default agent: /agent NAME changes the agent of another chat."
+        if name not in names:
+            return f"There is no agent {name!r}. Agents: {', '.join(names)}."
+        # "default" is stored as no choice: the chat follows the bindings as the config changes.
+        await self.store.set_agent(session.id, None if name == DEFAULT_AGENT else name)
+        choice = self.agents.of(await self.sessions.active_for_key(key))
+        if name == DEFAULT_AGENT:
+            return f"This chat follows the bindings of the config: agent {agent_state(choice)}"
+        return (
+            f"This chat now uses the agent {name}. It stays for this chat, across /clear, until /agent "
+            "changes it (/agent default follows the bindings of the config)."
         )
 
     async def voice(self, key: str, args: str, *, sender: str | None) -> str:
@@ -249,7 +305,7 @@ class Commands:
         return "\n".join(lines)
 
     def _model_line(self, session: SessionRow) -> str:
-        profile = _profile_of(self.settings, session)
+        profile = self.agents.profile_of(session)
         line = f"{profile} ({self.settings.llm.for_profile(profile).model})"
         if session.model_profile is not None and profile != session.model_profile:
             line += f"; the profile {session.model_profile} chosen here is no longer configured"
@@ -258,8 +314,10 @@ class Commands:
     async def status(self, key: str, surface: str) -> str:
         session = await self.sessions.active_for_key(key)
         restored = await self.store.loaded(session.id)
-        loaded = sorted(self.registry.known_groups(restored.groups))
-        skills = self.settings.skills.catalog
+        # What the next run restores: the groups and skills the chat's agent may use.
+        agent = self.agents.for_run(session)
+        loaded = sorted(agent.registry.known_groups(restored.groups))
+        skills = agent.skills
         loaded_skills = sorted(skills.known(restored.skills))
         count = await self.store.count_messages(session.id)
         suppressed = await self.store.count_outbox(session, "suppressed")
@@ -275,6 +333,7 @@ class Commands:
                 # Only where skills are configured: elsewhere the line could only ever say "none".
                 *([f"Loaded skills: {', '.join(loaded_skills) or 'none'}"] if skills else []),
                 f"Model: {self._model_line(session)}",
+                f"Agent: {agent_state(agent.choice)}",
                 # Only where [tts] is set up: elsewhere nothing is ever spoken.
                 *(
                     [f"Spoken replies: {voice_state(session.voice_replies)}"]
@@ -307,9 +366,9 @@ def _short(text: str, limit: int = 60) -> str:
     return f'"{line if len(line) <= limit else line[: limit - 1] + "…"}"'
 
 
-def _profile_of(settings: Settings, session: SessionRow) -> str:
-    """The profile a session runs on, as the runner picks it."""
-    return settings.llm.profile_of(session.model_profile)
+def agent_state(choice: AgentChoice) -> str:
+    """`support (bound by binding 1 (chat_type=group))`, as /agent and /status say it."""
+    return f"{choice.name} ({choice.reason})"
 
 
 def _describe_profile(settings: Settings, name: str) -> str:

@@ -220,7 +220,7 @@ class Dispatcher:
 
         async def read(rows: list[MessageRow]) -> list[MessageRow]:
             profiles = self.runner.profiles
-            llm = profiles.settings(profiles.resolve(session.model_profile))
+            llm = profiles.settings(profiles.resolve(self.runner.agents.model_profile(session)))
             sender = self.delivery.sender(route.surface)
             return await media.read(rows, sender=sender, tell=tell, vision=llm.vision, model=llm.model)
 

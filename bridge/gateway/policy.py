@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bridge.config.session import RuleMatch, SendPolicySettings, SendRule
-from bridge.errors import SessionKeyError
-from bridge.sessions import keys
+# The matcher lives with the rules' config, where [[agents.bindings]] shares it; named here too.
+from bridge.config.session import Place, SendPolicySettings, SendRule, describe_match, matches
 from bridge.store.base import SessionRow
 from bridge.store.tables import DatabaseStore
 
@@ -15,33 +14,7 @@ Action = Literal["allow", "deny", "ignore"]
 # The per-session override as stored on the session row (set by /send on|off).
 Override = Literal["allow", "deny"]
 
-_CHAT_TYPE_OF_SCOPE: dict[str, str | None] = {
-    "main": "dm",
-    "dm": "dm",
-    "group": "group",
-    "channel": "channel",
-    "cron": None,
-    "hook": None,
-    "node": None,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Place:
-    """What the rules match on: the session key, its surface and its chat type."""
-
-    key: str
-    surface: str | None
-    chat_type: str | None
-
-    @classmethod
-    def of(cls, key: str, surface: str | None = None) -> Place:
-        """A place read from the key; `surface` is where `main` is being spoken to (it spans surfaces)."""
-        try:
-            parsed = keys.parse(key)
-        except SessionKeyError:
-            return cls(key, surface, None)
-        return cls(key, parsed.surface or surface, _CHAT_TYPE_OF_SCOPE[parsed.scope])
+__all__ = ["Decision", "Place", "PolicyGate", "SendPolicy", "describe_rule", "matches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,19 +34,7 @@ class Decision:
 
 def describe_rule(index: int, rule: SendRule) -> str:
     """`rule 2 (deny: surface=discord, chat_type=channel)`, numbered from 1 as the operator counts."""
-    fields = ", ".join(f"{name}={value}" for name, value in rule.match if value is not None)
-    return f"rule {index + 1} ({rule.action}: {fields or 'everything'})"
-
-
-def matches(match: RuleMatch, place: Place) -> bool:
-    if match.surface is not None and match.surface != place.surface:
-        return False
-    if match.chat_type is not None:
-        # "group" is any shared chat, as the session kinds count channels among groups.
-        shared = place.chat_type in ("group", "channel")
-        if not (place.chat_type == match.chat_type or (match.chat_type == "group" and shared)):
-            return False
-    return match.key_prefix is None or place.key.startswith(match.key_prefix)
+    return f"rule {index + 1} ({rule.action}: {describe_match(rule.match)})"
 
 
 class SendPolicy:

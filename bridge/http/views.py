@@ -64,8 +64,10 @@ async def find_sessions(bridge: Bridge, wanted: SessionFilter) -> list[dict[str,
 
 async def session_detail(bridge: Bridge, row: SessionRow, limit: int) -> dict[str, Any]:
     """One session: its history with tool calls and results, loaded groups and skills, memories,
-    policy with its explanation, model profile, queue depth and runs."""
+    policy with its explanation, agent, model profile, queue depth and runs."""
     store = bridge.store
+    # The groups and skills its next run restores: those its agent may use.
+    agent = bridge.runner.agents.for_run(row)
     loaded = await store.loaded(row.id)
     history = await store.history(row.id, limit)
     place = Place.of(row.key, row.surface)
@@ -76,8 +78,8 @@ async def session_detail(bridge: Bridge, row: SessionRow, limit: int) -> dict[st
         "session": session_json(row),
         "history": [dataclasses.asdict(message) for message in history],
         "delivery": delivery_of(sent),
-        "loaded_groups": sorted(bridge.registry.known_groups(loaded.groups)),
-        "loaded_skills": sorted(bridge.settings.skills.catalog.known(loaded.skills)),
+        "loaded_groups": sorted(agent.registry.known_groups(loaded.groups)),
+        "loaded_skills": sorted(agent.skills.known(loaded.skills)),
         "memories": await store.memories(row.key, bridge.settings.agent.memory_limit),
         "policy": {
             "action": decision.action,
@@ -85,7 +87,10 @@ async def session_detail(bridge: Bridge, row: SessionRow, limit: int) -> dict[st
             "override": row.send_policy,
             "explain": bridge.policy.explain(place, row.send_policy),
         },
-        "model_profile": row.model_profile or "default",
+        # The chat's agent and why it has it (bridge.config.agents.AgentsSettings.resolve).
+        "agent": {"name": agent.name, "reason": agent.choice.reason, "source": agent.choice.source},
+        # The profile its runs use: its /model choice, else its agent's, else "default".
+        "model_profile": bridge.runner.agents.profile_of(row),
         "queue_depth": bridge.lanes.queued(row.key),
         "running": bridge.lanes.busy(row.key),
         "runs": [dataclasses.asdict(run) for run, _ in runs],
@@ -93,12 +98,18 @@ async def session_detail(bridge: Bridge, row: SessionRow, limit: int) -> dict[st
 
 
 async def run_detail(bridge: Bridge, run_id: str) -> dict[str, Any] | None:
-    """A run's row and its whole trace (None when the trace was pruned), or None for no such run."""
+    """A run's row, its whole trace (None when the trace was pruned) and the runs of the sub-agents it
+    started, or None for no such run."""
     row = await bridge.store.get_run(run_id)
     if row is None:
         return None
     trace = await bridge.store.get_trace(run_id)
-    return {"run": dataclasses.asdict(row), "trace": expand_trace(json.loads(trace)) if trace else None}
+    children = [dataclasses.asdict(child) for child in await bridge.store.child_runs(run_id)]
+    return {
+        "run": dataclasses.asdict(row),
+        "trace": expand_trace(json.loads(trace)) if trace else None,
+        "children": children,
+    }
 
 
 def outbox_state(value: str | None) -> OutboxState | None:

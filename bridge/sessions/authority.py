@@ -14,8 +14,9 @@ Every run carries an `Authority`:
 
 Runs nobody typed get the authority of whoever caused them: a task's firing that of the person who made
 the task, recorded at creation (`TaskRow.authority`); a run another session's agent started
-(sessions_send) its sender's, narrowed to the chat it runs in. Authority never widens down a chain
-(`narrowed`), and caps count against `origin`, the chat where the chain began.
+(sessions_send) its sender's, narrowed to the chat it runs in; a sub-agent (spawn_agent) its parent
+run's, narrowed to its own session (`spawned`). Authority never widens down a chain (`narrowed`), and
+caps count against `origin`, the chat where the chain began.
 
 An owner's own DM key (`telegram:dm:<owner id>`) names `main` everywhere (`Authorities.canonical`): a
 task or hook delivering there must not open a second session beside `main`, with its own history and
@@ -39,6 +40,8 @@ PRINCIPALS: Final[frozenset[str]] = frozenset(get_args(Principal))
 # How many steps of a chain ("task:ab12cd34", "agent:main") an authority keeps, newest last: enough
 # for a trace to say how a run came about, bounded for a task made by a task made by a task.
 MAX_CHAIN: Final = 8
+# The chain step of a sub-agent's run: "spawn:<the parent run's chat>".
+SPAWN_STEP: Final = "spawn:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,30 @@ class Authority:
         if principal == "operator" and chat != keys.MAIN:
             principal = "owner"
         return Authority(principal, chat, self.person, self.origin, (*self.chain, step)[-MAX_CHAIN:])
+
+    def spawned(self, child: str) -> Authority:
+        """The authority of a sub-agent this run starts in the session `child` (spawn_agent): at most
+        this one's rights, narrowed to the child's own session, so even an owner's sub-agent reads
+        no other chat (it gets what it needs in its task). A member's sub-agent is a member's."""
+        return self.narrowed(child, f"{SPAWN_STEP}{self.chat}")
+
+    @property
+    def is_subagent(self) -> bool:
+        """A sub-agent's run, or a run one caused (a task it scheduled): its chain has a spawn step."""
+        return any(step.startswith(SPAWN_STEP) for step in self.chain)
+
+    @property
+    def may_choose_agent(self) -> bool:
+        """Run a sub-agent as another agent ([agents.NAME]) than its chat's: an owner, as /agent. Anyone
+        else's sub-agent is their chat's own agent, so a binding that keeps a group's agent to a few
+        tool groups and its own workspace cannot be stepped around."""
+        return self.is_owner
+
+    @property
+    def may_spawn(self) -> bool:
+        """May start a sub-agent: any run that is not one itself. Depth 1, so a sub-agent never
+        starts another and a chain of them cannot grow."""
+        return not self.is_subagent
 
     def describe(self) -> str:
         """`owner telegram:1 in main`, `member telegram:7 in telegram:group:-100 via task:ab12`."""

@@ -10,8 +10,8 @@ from typing import Final, Literal, TypeAlias, cast, get_args
 from bridge.errors import SessionKeyError
 from bridge.events import Route
 
-Scope: TypeAlias = Literal["main", "dm", "group", "channel", "cron", "hook", "node"]
-Kind: TypeAlias = Literal["main", "group", "cron", "hook", "node", "other"]
+Scope: TypeAlias = Literal["main", "dm", "group", "channel", "cron", "hook", "node", "agent"]
+Kind: TypeAlias = Literal["main", "group", "cron", "hook", "node", "agent", "other"]
 
 SCOPES: Final[frozenset[str]] = frozenset(get_args(Scope))
 KINDS: Final[frozenset[str]] = frozenset(get_args(Kind))
@@ -27,9 +27,10 @@ _KIND_OF_SCOPE: Final[dict[str, Kind]] = {
     "cron": "cron",
     "hook": "hook",
     "node": "node",
+    "agent": "agent",
 }
 _SURFACE_SCOPES: Final = frozenset({"dm", "group", "channel"})
-_SURFACELESS_SCOPES: Final = frozenset({"cron", "hook", "node"})
+_SURFACELESS_SCOPES: Final = frozenset({"cron", "hook", "node", "agent"})
 _ID_NAMES: Final[dict[str, str]] = {
     "dm": "user id",
     "group": "chat id",
@@ -37,16 +38,21 @@ _ID_NAMES: Final[dict[str, str]] = {
     "cron": "job id",
     "hook": "hook id",
     "node": "node id",
+    "agent": "parent session id",
 }
 _NODE_PREFIX: Final = "node-"
 _Parts: TypeAlias = tuple[str, str | None, str | None, str | None]  # scope, surface, id, thread id
 _TOPIC: Final = "topic"
+# A sub-agent's number under its parent session: 1, 2, ... written without leading zeros, so each
+# child has exactly one key.
+_CHILD_RE: Final = re.compile(r"[1-9][0-9]*")
 _SURFACE_RE: Final = re.compile(r"[a-z][a-z0-9_-]*")
 # A surface named like a scope or a reserved key would make keys ambiguous or confusing.
 _RESERVED_SURFACES: Final[frozenset[str]] = SCOPES | RESERVED_KEYS
 _FORMS: Final = (
     "expected 'main', '<surface>:dm:<user_id>', '<surface>:group:<chat_id>[:topic:<thread_id>]', "
-    "'<surface>:channel:<channel_id>', 'cron:<job_id>', 'hook:<hook_id>' or 'node-<node_id>'"
+    "'<surface>:channel:<channel_id>', 'cron:<job_id>', 'hook:<hook_id>', 'agent:<parent session id>:<n>' "
+    "or 'node-<node_id>'"
 )
 
 
@@ -56,7 +62,11 @@ def _error(shown: str, problem: str) -> SessionKeyError:
 
 @dataclass(frozen=True, slots=True)
 class SessionKey:
-    """The parts of a session key; always valid, so ``str(key)`` always parses back to an equal key."""
+    """The parts of a session key; always valid, so ``str(key)`` always parses back to an equal key.
+
+    A sub-agent's key (``agent:<parent session id>:<n>``) keeps the parent session's id in ``id`` and
+    the child's number in ``thread_id``: the second part under the first, as a topic is under its group.
+    """
 
     scope: Scope
     surface: str | None = None
@@ -77,7 +87,8 @@ class SessionKey:
 
     @property
     def kind(self) -> Kind:
-        """``main``, ``group`` (groups, topics, channels), ``cron``, ``hook``, ``node`` or ``other`` (DMs)."""
+        """``main``, ``group`` (groups, topics, channels), ``cron``, ``hook``, ``node``, ``agent``
+        (sub-agents) or ``other`` (DMs)."""
         return _KIND_OF_SCOPE[self.scope]
 
 
@@ -111,7 +122,14 @@ def _problem(scope: str, surface: str | None, id_: str | None, thread_id: str | 
         if surface is not None or id_ is not None or thread_id is not None:
             return "'main' takes no surface, id or thread id"
         return None
-    if thread_id is not None and scope != "group":
+    if scope == "agent":
+        if thread_id is None:
+            return "sub-agent number is missing"
+        if not thread_id:
+            return "sub-agent number is empty"
+        if not _CHILD_RE.fullmatch(thread_id):
+            return f"sub-agent number {thread_id!r} must be a whole number from 1, without leading zeros"
+    elif thread_id is not None and scope != "group":
         return "only group keys take a thread id"
     id_name = _ID_NAMES[scope]
     if scope in _SURFACELESS_SCOPES:
@@ -128,7 +146,7 @@ def _problem(scope: str, surface: str | None, id_: str | None, thread_id: str | 
     problem = _id_problem(id_name, id_)
     if problem:
         return problem
-    if thread_id is not None:
+    if thread_id is not None and scope == "group":
         return _id_problem("thread id", thread_id)
     return None
 
@@ -148,6 +166,8 @@ def build(key: SessionKey) -> str:
         return MAIN
     if key.scope == "node":
         return f"{_NODE_PREFIX}{key.id}"
+    if key.scope == "agent":
+        return f"agent:{key.id}:{key.thread_id}"
     if key.scope in _SURFACELESS_SCOPES:
         return f"{key.scope}:{key.id}"
     text = f"{key.surface}:{key.scope}:{key.id}"
@@ -176,6 +196,14 @@ def _split(text: str) -> _Parts | str:
         if len(rest) > 1:
             return _extra(rest[1:], _ID_NAMES[head])
         return head, None, rest[0], None
+    if head == "agent":
+        if not rest:
+            return f"{_ID_NAMES[head]} is missing"
+        if len(rest) == 1:
+            return "sub-agent number is missing"
+        if len(rest) > 2:
+            return _extra(rest[2:], "sub-agent number")
+        return head, None, rest[0], rest[1]
     if not rest:
         return _FORMS
     scope, tail = rest[0], rest[1:]
@@ -271,6 +299,13 @@ def hook(hook_id: str) -> SessionKey:
 def node(node_id: str) -> SessionKey:
     """A node bridge session."""
     return SessionKey("node", id=node_id)
+
+
+def agent(parent_session_id: str, n: int) -> SessionKey:
+    """The `n`th sub-agent (from 1) that a run in the session `parent_session_id` started."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"a sub-agent number must be an int, got {type(n).__name__}")
+    return SessionKey("agent", id=parent_session_id, thread_id=str(n))
 
 
 def route_of_key(key: str) -> Route | None:

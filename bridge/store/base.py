@@ -26,6 +26,9 @@ class SessionRow:
     # /voice: "on" (every answer also spoken), "off" (never), None (answers to voice notes). Kept
     # across /clear, like send_policy.
     voice_replies: str | None = None
+    # /agent: the [agents.NAME] an owner chose for this chat; None follows [[agents.bindings]]. Kept
+    # across /clear, like send_policy.
+    agent: str | None = None
 
     @property
     def active(self) -> bool:
@@ -104,6 +107,8 @@ class RunRow:
     input_upto: int | None = None
     # "turn" answers messages; "compaction" summarised old turns (its trace holds the request).
     kind: str = "turn"
+    # The run that started this one as a sub-agent (spawn_agent); None for any other run.
+    parent_run_id: str | None = None
 
 
 # pending: never handed to a platform. sending: handed over, no answer yet; a crash there leaves it

@@ -398,6 +398,18 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN voice_replies TEXT CHECK (voice_replies IN ('on', 'off'));
     """,
+    # 18: a sub-agent's run (spawn_agent) names the run that started it, so traces show it under its
+    # parent. For traces only, so no foreign key: a parent deleted with its session leaves its
+    # children's rows as they are.
+    """
+    ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
+    CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+    """,
+    # 19: /agent, the agent an owner chose for a chat ([agents.NAME]); NULL follows the bindings.
+    # Kept across /clear like send_policy and model_profile.
+    """
+    ALTER TABLE sessions ADD COLUMN agent TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

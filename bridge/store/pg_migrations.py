@@ -328,4 +328,23 @@ PG_MIGRATIONS: tuple[str, ...] = (
               OR OLD.ended_at IS DISTINCT FROM NEW.ended_at)
         EXECUTE FUNCTION bridge_session_notify();
     """,
+    # 18: a sub-agent's run names the run that started it (for traces only: no foreign key).
+    """
+    ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
+    CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+    """,
+    # 19: /agent, the agent an owner chose for a chat; a change to it tells the other workers too,
+    # like /send, /model and /voice.
+    """
+    ALTER TABLE sessions ADD COLUMN agent TEXT;
+    DROP TRIGGER session_changed ON sessions;
+    CREATE TRIGGER session_changed AFTER UPDATE ON sessions FOR EACH ROW
+        WHEN (OLD.send_policy IS DISTINCT FROM NEW.send_policy
+              OR OLD.model_profile IS DISTINCT FROM NEW.model_profile
+              OR OLD.voice_replies IS DISTINCT FROM NEW.voice_replies
+              OR OLD.agent IS DISTINCT FROM NEW.agent
+              OR OLD.verbosity IS DISTINCT FROM NEW.verbosity
+              OR OLD.ended_at IS DISTINCT FROM NEW.ended_at)
+        EXECUTE FUNCTION bridge_session_notify();
+    """,
 )

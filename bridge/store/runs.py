@@ -35,7 +35,7 @@ from bridge.text import scrub
 
 _RUN_COLS = (
     "id, session_id, status, started_at, channel, input_hash, ended_at, iterations, prompt_tokens, "
-    "completion_tokens, error, input_upto, kind"
+    "completion_tokens, error, input_upto, kind, parent_run_id"
 )
 _SUMMARY_COLS = "id, session_id, run_id, upto, content, turns, replaced_chars, created_at"
 
@@ -64,6 +64,7 @@ class RunTable(MessageTable):
         memory_limit: int,
         upto: int | None = None,
         force: bool = False,
+        parent_run_id: str | None = None,
     ) -> StartedRun:
         def claim(conn: Conn) -> tuple[int, str] | None:
             """The newest user message (up to `upto`), unless an earlier run took it up; the run
@@ -79,8 +80,17 @@ class RunTable(MessageTable):
             input_hash = hashlib.sha256(newest[1].encode()).hexdigest()
             conn.execute(
                 "INSERT INTO runs (id, session_id, status, channel, input_hash, input_upto, started_at, "
-                "worker_id) VALUES (?, ?, 'running', ?, ?, ?, ?, ?)",
-                (run_id, session_id, channel, input_hash, newest[0], time.time(), self.worker_id),
+                "worker_id, parent_run_id) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    session_id,
+                    channel,
+                    input_hash,
+                    newest[0],
+                    time.time(),
+                    self.worker_id,
+                    parent_run_id,
+                ),
             )
             take_up(conn, session_id, newest[0])
             return newest[0], input_hash
@@ -345,6 +355,13 @@ class RunTable(MessageTable):
     async def get_run(self, run_id: str) -> RunRow | None:
         rows = await self._rows(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,))
         return RunRow(*rows[0]) if rows else None
+
+    async def child_runs(self, run_id: str) -> list[RunRow]:
+        """The sub-agents' runs that run started (spawn_agent), oldest first."""
+        rows = await self._rows(
+            f"SELECT {_RUN_COLS} FROM runs WHERE parent_run_id = ? ORDER BY started_at", (run_id,)
+        )
+        return [RunRow(*row) for row in rows]
 
 
 def _read_context(

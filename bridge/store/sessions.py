@@ -1,5 +1,5 @@
-"""Sessions: one active conversation per chat key, its chat's metadata, and its /send, /model and /voice
-choices."""
+"""Sessions: one active conversation per chat key, its chat's metadata, and its /send, /model, /voice
+and /agent choices."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from bridge.store.engine import Conn, Database, Engine
 
 SESSION_COLS = (
     "id, key, created_at, updated_at, ended_at, surface, chat_type, display_name, send_policy, last_route, "
-    "parent_id, model_profile, voice_replies"
+    "parent_id, model_profile, voice_replies, agent"
 )
 
 # The session columns an inbound message describes (SessionMeta's fields, same names as columns).
@@ -96,6 +96,10 @@ class SessionTable(Database):
                     "UPDATE sessions SET voice_replies = ? WHERE id = ?", (previous.voice_replies, row.id)
                 )
                 row = dataclasses.replace(row, voice_replies=previous.voice_replies)
+            if previous is not None and previous.agent is not None:
+                # And /agent: which agent answers here is the owner's choice for the chat.
+                conn.execute("UPDATE sessions SET agent = ? WHERE id = ?", (previous.agent, row.id))
+                row = dataclasses.replace(row, agent=previous.agent)
             return row
 
         row = await self._write(replace)
@@ -138,6 +142,14 @@ class SessionTable(Database):
         )
         return [SessionSummary(SessionRow(*row[:-1]), row[-1]) for row in rows]
 
+    async def keys_under(self, prefix: str) -> list[str]:
+        """The keys of every session, active or ended, that begin with `prefix` (a parent's sub-agents:
+        `agent:<parent session id>:`). substr, not LIKE: an id may hold LIKE's wildcards."""
+        rows = await self._rows(
+            "SELECT DISTINCT key FROM sessions WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+        )
+        return [str(row[0]) for row in rows]
+
     async def set_send_policy(self, session_id: str, value: str | None) -> None:
         await self._write(
             lambda conn: conn.execute("UPDATE sessions SET send_policy = ? WHERE id = ?", (value, session_id))
@@ -160,6 +172,13 @@ class SessionTable(Database):
             )
         )
         self._active.update(session_id, voice_replies=choice)
+
+    async def set_agent(self, session_id: str, name: str | None) -> None:
+        """/agent: the [agents.NAME] of this chat, or None to follow [[agents.bindings]]."""
+        await self._write(
+            lambda conn: conn.execute("UPDATE sessions SET agent = ? WHERE id = ?", (name, session_id))
+        )
+        self._active.update(session_id, agent=name)
 
 
 def _insert_session(

@@ -19,14 +19,15 @@ from bridge.tools.result import ToolResult as ToolResult
 if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.sessions.authority import Authorities, Authority
+    from bridge.skills import SkillCatalog
     from bridge.store.base import SessionRow
     from bridge.store.tables import DatabaseStore
     from bridge.tasks.catalog import TaskCatalog
 
 
 class ToolLookup(Protocol):
-    """What a tool may ask of the registry it runs with (bridge.tools.registry.ToolRegistry): its
-    groups, loading one, and a tool by name."""
+    """What a tool may ask of the registry it runs with (bridge.tools.registry.ToolRegistry, as the
+    run's agent sees it): its groups, loading one, a tool by name, and whether a group is withheld."""
 
     def group(self, name: str) -> ToolGroup | None: ...
 
@@ -35,6 +36,8 @@ class ToolLookup(Protocol):
     async def load(self, group: ToolGroup) -> tuple[Tool, ...]: ...
 
     def get(self, tool_name: str) -> Tool | None: ...
+
+    def withheld(self, name: str) -> bool: ...
 
 
 class SessionMessenger(Protocol):
@@ -51,6 +54,22 @@ class SessionMessenger(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class SubAgentSpawner(Protocol):
+    """Starts a sub-agent (spawn_agent): a run of its own in a new session `agent:<parent session
+    id>:<n>`, with the parent run's authority narrowed to that session (bridge.gateway.subagents)."""
+
+    async def spawn(
+        self,
+        parent: SessionRow,
+        parent_run_id: str,
+        authority: Authority,
+        task: str,
+        *,
+        agent: str | None,
+        wait: bool,
+    ) -> ToolResult: ...
+
+
 class FileSender(Protocol):
     """Sends a workspace file to a session's chat (send_file), through the outbox and its send policy."""
 
@@ -59,6 +78,8 @@ class FileSender(Protocol):
 
 # The channel of a run that another session's agent started; such a run may not start another.
 AGENT_CHANNEL = "agent"
+# The channel of a sub-agent's run (spawn_agent); it may not start another sub-agent.
+SUBAGENT_CHANNEL = "subagent"
 
 
 @dataclass(slots=True)
@@ -85,6 +106,18 @@ class ToolContext:
     loaded_skills: set[str] = field(default_factory=set)
     # Where send_file hands its file; None where the bot has no chat to send to.
     files: FileSender | None = None
+    # The skills the run's agent may load ([agents.NAME] skills); None: every configured skill.
+    skills: SkillCatalog | None = None
+    # The folder the file tools (and exec, send_file, the browser) work in: the run's agent's
+    # workspace; None: [tools] workspace.
+    workspace: Path | None = None
+    # Where spawn_agent starts sub-agents; None where the bot runs none.
+    spawner: SubAgentSpawner | None = None
+
+    @property
+    def skill_catalog(self) -> SkillCatalog:
+        """The skills this run may list and load: its agent's, or every configured one."""
+        return self.skills if self.skills is not None else self.settings.skills.catalog
 
 
 # Called with what bridge.tools.arguments.validate_arguments made of the call's JSON arguments: an
@@ -112,6 +145,12 @@ class Tool:
     # A successful result said in plain words ("It's 23:32 on Friday in Tokyo (Asia/Tokyo)."), for a
     # run whose model gives no answer of its own; None falls back to a generic rendering.
     plain: Callable[[str], str | None] | None = None
+    # Whether the tool is offered to a run at all (spawn_agent is not, in a sub-agent's run); None:
+    # always. A call the model makes anyway reaches the tool, which refuses it in words.
+    offered: Callable[[ToolContext], bool] | None = None
+
+    def offered_to(self, ctx: ToolContext) -> bool:
+        return self.offered is None or self.offered(ctx)
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Call the tool as the model does: its JSON arguments validated, then `run` with the result.

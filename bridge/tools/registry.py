@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Collection, Iterable
 
 from bridge.errors import RegistryError, ToolSourceError
 from bridge.tools.base import Tool, ToolGroup
@@ -23,6 +23,29 @@ class ToolRegistry:
         self._core: dict[str, Tool] = {}
         self._groups: dict[str, ToolGroup] = {}
         self._group_of: dict[str, str] = {}
+        # Groups that exist but are left out of this view (see only()).
+        self._withheld: frozenset[str] = frozenset()
+
+    def only(self, groups: Collection[str] | None) -> ToolRegistry:
+        """The registry as a run whose agent may use only these groups sees it ([agents.NAME]
+        tool_groups): the other groups are not listed, not loadable, not restored from history and
+        their tools are unknown, whatever asks (the prompt, load_tool_group, the active set, a call).
+        Core tools stay. None: every group (this registry itself). A view shares the tools and groups
+        with this registry; groups are added to the registry, never to a view."""
+        if groups is None:
+            return self
+        allowed = {normalize_group_name(name) for name in groups}
+        view = ToolRegistry()
+        view._core = self._core
+        view._groups = {name: group for name, group in self._groups.items() if name in allowed}
+        view._group_of = {tool: name for tool, name in self._group_of.items() if name in allowed}
+        view._withheld = frozenset(self._groups) - allowed
+        return view
+
+    def withheld(self, name: str) -> bool:
+        """A registered group this view leaves out (see only()): load_tool_group says it is not
+        available here, rather than that it does not exist."""
+        return normalize_group_name(name) in self._withheld
 
     def add_core(self, *tools: Tool) -> None:
         for tool in tools:

@@ -12,7 +12,7 @@ from devkit.fakes.openai_server import FakeOpenAI
 from devkit.fakes.scripted_model import HistoryTrustingModel
 from tests.harness import CORE_TOOLS, Harness, pdf_group, running_bridge
 
-SESSIONS_TOOLS = ["sessions_list", "sessions_history", "sessions_send"]
+SESSIONS_TOOLS = ["sessions_list", "sessions_history", "sessions_send", "spawn_agent"]
 
 
 def tool_messages(body: dict) -> list[str]:

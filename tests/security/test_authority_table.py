@@ -25,9 +25,9 @@ from bridge.events import ChatType, Inbound, Route
 from bridge.gateway.commands import COMMANDS
 from bridge.sessions.authority import Authority
 from bridge.store.base import SessionMeta, SessionRow
-from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolResult
+from bridge.tools.base import AGENT_CHANNEL, SUBAGENT_CHANNEL, ToolContext, ToolResult
 from devkit.fakes.loopback import LoopbackServer
-from devkit.fakes.openai_server import FakeOpenAI
+from devkit.fakes.openai_server import FakeOpenAI, Reply, text, tool_call
 from tests.harness import OWNER, Harness, running_bridge
 
 SECRET = "the owner's secret 4411"
@@ -45,6 +45,8 @@ DM = "test:dm:bob"
 # A named session of the dashboard's web chat (bridge.http.webchat): a member's own DM there.
 WEB_DM = "web:dm:scratch"
 CHANNEL = "test:channel:c5"
+# A sub-agent that a member's run in the group started (spawn_agent).
+CHILD = "agent:0123456789abcdef:1"
 
 ROUTES: dict[str, tuple[ChatType, str, str | None]] = {
     "main": ("dm", OWNER, None),
@@ -107,6 +109,11 @@ KINDS: dict[str, Kind] = {
         GROUP,
         lambda h: h.bridge.authorities.for_chat("main", OWNER_ID).narrowed(GROUP, "agent:main"),
         AGENT_CHANNEL,
+    ),
+    "member_subagent": Kind(
+        CHILD,
+        lambda h: h.bridge.authorities.for_chat(GROUP, "test:alice").spawned(CHILD),
+        SUBAGENT_CHANNEL,
     ),
 }
 EVERYONE = frozenset(KINDS)
@@ -239,6 +246,42 @@ async def sees_another_chats_page(h: Harness, ctx: ToolContext) -> bool:
     return any(SECRET in r.content for r in (*looked, clicked, typed))
 
 
+def _child_model(reads_main: bool) -> Callable[[dict[str, Any]], Reply]:
+    """The model of a sub-agent the probe starts: it answers "child done", or first tries to read main
+    (load sessions, sessions_history main) and answers with what it got."""
+
+    def script(request: dict[str, Any]) -> Reply:
+        messages = request["messages"]
+        made = sum(1 for m in messages if m["role"] == "tool")
+        if reads_main and made == 0:
+            return tool_call("load_tool_group", {"group_name": "sessions"})
+        if reads_main and made == 1:
+            return tool_call("sessions_history", {"session_key": "main"})
+        return text(str(messages[-1]["content"]) if reads_main else "child done")
+
+    return script
+
+
+async def _spawn(h: Harness, ctx: ToolContext, task: str, *, reads_main: bool) -> ToolResult:
+    h.llm.script = _child_model(reads_main)
+    try:
+        return await call(ctx, "spawn_agent", {"task": task})
+    finally:
+        h.llm.script = None
+
+
+async def spawns_a_subagent(h: Harness, ctx: ToolContext) -> bool:
+    result = await _spawn(h, ctx, "say you are done", reads_main=False)
+    # Refused out loud, never failing for another reason.
+    assert result.ok or result.code == "not_allowed", result.content
+    return result.ok and "child done" in result.content
+
+
+async def subagent_reads_main(h: Harness, ctx: ToolContext) -> bool:
+    result = await _spawn(h, ctx, "read main's history", reads_main=True)
+    return SECRET in result.content
+
+
 # Probe → the kinds it must get through for; every other kind must be refused.
 TOOL_TABLE: dict[str, tuple[Probe, frozenset[str]]] = {
     "sessions_list sees main": (sees_main_listed, SEES_ALL),
@@ -268,6 +311,12 @@ TOOL_TABLE: dict[str, tuple[Probe, frozenset[str]]] = {
     "run_command runs a command": (runs_a_command, OWNERS_AND_THEIRS),
     "run_python runs code": (runs_python, OWNERS_AND_THEIRS),
     "the browser shows another chat's page": (sees_another_chats_page, frozenset()),
+    # Whoever may run a turn may start a sub-agent, which acts for them; never a sub-agent (depth 1),
+    # nor a run answering another session's agent.
+    "spawn_agent starts a sub-agent": (spawns_a_subagent, EVERYONE - {"agent", "member_subagent"}),
+    # A sub-agent's authority is its parent's narrowed to its own session: even an owner's reads
+    # no other chat.
+    "spawn_agent's sub-agent reads main": (subagent_reads_main, frozenset()),
 }
 
 # Which cells each tool is probed by. A tool whose row is a reason instead cannot name or reach another
@@ -295,6 +344,7 @@ TOOL_ROWS: dict[str, tuple[str, ...] | str] = {
     ),
     "save_memory": ("save_memory writes main's memory",),
     "send_file": ("send_file reaches another chat",),
+    "spawn_agent": ("spawn_agent starts a sub-agent", "spawn_agent's sub-agent reads main"),
     "load_tool_group": "loads tool schemas into the run; names no chat",
     "get_current_time": "reads the clock",
     "load_skill": "reads an operator-configured skill's instructions",
@@ -349,6 +399,10 @@ async def switch_model(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool
     return (await say("/model cheap")).startswith("This chat now uses the model profile cheap")
 
 
+async def switch_agent(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool:
+    return (await say("/agent helper")).startswith("This chat now uses the agent helper")
+
+
 async def voice_on(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool:
     return (await say("/voice on")).startswith("Spoken replies in this chat: on")
 
@@ -366,6 +420,8 @@ async def list_pairing(h: Harness, say: Callable[[str], Awaitable[str]]) -> bool
 COMMAND_TABLE: dict[str, tuple[CommandProbe, frozenset[str]]] = {
     "/send off": (send_off, OWNER_PLACES),
     "/model NAME": (switch_model, OWNER_PLACES),
+    # main keeps the default agent: there the owner is told so, and nothing changes.
+    "/agent NAME": (switch_agent, frozenset({"owner_in_group"})),
     # A member's own DM is theirs to hear; a group's answers are everyone's (bridge.gateway.voice_out).
     "/voice on": (voice_on, OWNER_PLACES | {"member_dm"}),
     "/tasks cancel of another member's task in the group": (
@@ -377,6 +433,7 @@ COMMAND_TABLE: dict[str, tuple[CommandProbe, frozenset[str]]] = {
 COMMAND_ROWS: dict[str, tuple[str, ...] | str] = {
     "send": ("/send off",),
     "model": ("/model NAME",),
+    "agent": ("/agent NAME",),
     "voice": ("/voice on",),
     "tasks": ("/tasks cancel of another member's task in the group",),
     "pair": ("/pair",),
@@ -395,12 +452,14 @@ COMMAND_ROWS: dict[str, tuple[str, ...] | str] = {
 @pytest.fixture
 async def bot(tmp_path: Path) -> AsyncIterator[Harness]:
     profiles = {"profiles": {"cheap": {"model": "cheap-model"}}}
+    # An agent an owner can give a chat with /agent helper.
+    agents = {"helper": {"language": "German"}}
     # The tools that reach outside, on: a page of the test's own on loopback is what the browser opens.
     tools = {**EVERY_TOOL, "workspace": str(tmp_path / "workspace"), "allow_private_network": True}
     async with (
         FakeOpenAI() as llm,
         PAGES,
-        running_bridge(tmp_path, llm, llm=profiles, tools=tools) as h,
+        running_bridge(tmp_path, llm, llm=profiles, tools=tools, agents=agents) as h,
     ):
         store = h.bridge.store
         # Every chat where people could have written, with its address, so a file or answer could go.
@@ -431,6 +490,7 @@ async def context_of(h: Harness, kind: Kind) -> ToolContext:
         messenger=h.bridge.a2a,
         tasks=h.bridge.tasks,
         files=h.bridge.runner.files,
+        spawner=h.bridge.subagents,
     )
 
 

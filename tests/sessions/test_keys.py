@@ -13,7 +13,7 @@ from bridge.sessions import keys
 from bridge.sessions.keys import RESERVED_KEYS, SessionKey, build, kind, parse
 
 SURFACE_RE = re.compile(r"[a-z][a-z0-9_-]*")
-SCOPE_WORDS = ("main", "dm", "group", "channel", "cron", "hook", "node", "global", "unknown")
+SCOPE_WORDS = ("main", "dm", "group", "channel", "cron", "hook", "node", "agent", "global", "unknown")
 
 
 def _valid_id(text: str) -> bool:
@@ -37,6 +37,9 @@ ids = st.one_of(
     st.text(min_size=1, max_size=20).filter(_valid_id),  # anything else the grammar allows
 )
 
+# A sub-agent's number under its parent session.
+children = st.integers(min_value=1, max_value=10**9)
+
 session_keys = st.one_of(
     st.just(keys.main_key()),
     st.builds(keys.dm, surfaces, ids),
@@ -45,6 +48,7 @@ session_keys = st.one_of(
     st.builds(keys.cron, ids),
     st.builds(keys.hook, ids),
     st.builds(keys.node, ids),
+    st.builds(keys.agent, ids, children),
 )
 
 # Key strings written out by hand from the grammar, independently of build().
@@ -57,6 +61,7 @@ key_strings = st.one_of(
     st.builds("cron:{}".format, ids),
     st.builds("hook:{}".format, ids),
     st.builds("node-{}".format, ids),
+    st.builds("agent:{}:{}".format, ids, children),
 )
 
 # Strings made of grammar tokens, so junk is often nearly valid rather than only random.
@@ -111,6 +116,7 @@ def test_kind_follows_the_scope(key: SessionKey) -> None:
         "cron": "cron",
         "hook": "hook",
         "node": "node",
+        "agent": "agent",
     }[key.scope]
     assert key.kind == expected
     assert kind(key) == expected
@@ -127,6 +133,7 @@ def test_constructors_reject_ids_that_are_empty_or_hold_colons_or_whitespace(sur
         lambda: keys.cron(bad),
         lambda: keys.hook(bad),
         lambda: keys.node(bad),
+        lambda: keys.agent(bad, 1),
     ):
         with pytest.raises(SessionKeyError):
             make()
@@ -154,6 +161,7 @@ def test_constructors_reject_surfaces_that_are_malformed_or_reserved(surface: st
             "hook",
         ),
         ("node-worker-1", SessionKey("node", id="worker-1"), "node"),
+        ("agent:5f0c7e9a1b2c4d3e:2", SessionKey("agent", id="5f0c7e9a1b2c4d3e", thread_id="2"), "agent"),
     ],
 )
 def test_table_examples_parse_build_and_have_their_kind(
@@ -173,6 +181,7 @@ def test_convenience_constructors_match_the_table() -> None:
     assert str(keys.cron("daily-report")) == "cron:daily-report"
     assert str(keys.hook("abc")) == "hook:abc"
     assert str(keys.node("n1")) == "node-n1"
+    assert str(keys.agent("5f0c7e9a1b2c4d3e", 3)) == "agent:5f0c7e9a1b2c4d3e:3"
 
 
 @pytest.mark.parametrize("reserved", sorted(RESERVED_KEYS))
@@ -237,6 +246,15 @@ def test_surfaces_that_would_make_keys_ambiguous_are_rejected(surface: str) -> N
         ("node-", "node id is empty"),
         ("node-a:b", "contains ':'"),
         ("node:1", "node-<node_id>"),
+        ("agent", "parent session id is missing"),
+        ("agent::1", "parent session id is empty"),
+        ("agent:abc", "sub-agent number is missing"),
+        ("agent:abc:", "sub-agent number is empty"),
+        ("agent:abc:0", "whole number from 1"),
+        ("agent:abc:01", "without leading zeros"),
+        ("agent:abc:x", "whole number from 1"),
+        ("agent:abc:1:2", "extra part"),
+        ("agent:a b:1", "whitespace"),
     ],
 )
 def test_parse_rejects_junk_and_says_what_is_wrong(text: str, problem: str) -> None:
@@ -289,3 +307,20 @@ def test_keys_are_immutable_and_hashable() -> None:
     assert {key: 1}[parse("telegram:group:-1001234:topic:7")] == 1
     with pytest.raises(AttributeError):
         key.id = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_a_sub_agent_is_numbered_from_one(n: int) -> None:
+    with pytest.raises(SessionKeyError, match="whole number from 1"):
+        keys.agent("5f0c7e9a1b2c4d3e", n)
+
+
+def test_a_sub_agent_key_names_no_chat_to_post_in() -> None:
+    assert keys.route_of_key("agent:5f0c7e9a1b2c4d3e:1") is None
+
+
+def test_agent_is_no_surface_so_agent_keys_never_read_as_a_chat() -> None:
+    with pytest.raises(SessionKeyError, match="surface"):
+        keys.dm("agent", "1")
+    # Whatever follows `agent:` is a parent session id and a number, never a surface's chat.
+    assert parse("agent:dm:1") == SessionKey("agent", id="dm", thread_id="1")

@@ -60,7 +60,7 @@ BAD_CALLS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "sessions_list": (
         {"kinds": "cron"},
-        "'kinds' must be a list of: main, group, cron, hook, node, other (got \"cron\")",
+        "'kinds' must be a list of: main, group, cron, hook, node, agent, other (got \"cron\")",
     ),
     "sessions_history": (
         {"session_key": "main", "include_tools": "maybe"},
@@ -71,6 +71,7 @@ BAD_CALLS: dict[str, tuple[dict[str, Any], str]] = {
     "list_tasks": ({"include_ended": "maybe"}, "'include_ended' must be true or false"),
     "cancel_task": ({"task_id": "  "}, "'task_id' must not be empty"),
     "send_file": ({"caption": "here"}, "'path' is required"),
+    "spawn_agent": ({"task": "look it up", "wait": "later"}, "'wait' must be true or false (got \"later\")"),
 }
 
 
@@ -106,7 +107,7 @@ def test_every_problem_is_named_in_one_short_answer() -> None:
 def test_a_bad_list_item_is_reported_once_with_its_position() -> None:
     content = refusal(builtin("sessions_list"), {"kinds": ["martian", "main", 7]})
     assert content.endswith(
-        "'kinds[0]' must be one of: main, group, cron, hook, node, other (got \"martian\")."
+        "'kinds[0]' must be one of: main, group, cron, hook, node, agent, other (got \"martian\")."
     )
 
 
@@ -233,7 +234,7 @@ def test_a_schema_keeps_names_descriptions_required_and_bounds() -> None:
     kinds = builtin("sessions_list").parameters["properties"]["kinds"]
     assert kinds == {
         "type": "array",
-        "items": {"type": "string", "enum": ["main", "group", "cron", "hook", "node", "other"]},
+        "items": {"type": "string", "enum": ["main", "group", "cron", "hook", "node", "agent", "other"]},
         "description": "Only sessions of these kinds",
     }
 

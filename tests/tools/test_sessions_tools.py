@@ -119,7 +119,7 @@ async def test_bad_kinds_are_invalid_arguments(
 ) -> None:
     result = await sessions_list({"kinds": kinds}, await make_session_ctx())
     assert result.code == "invalid_arguments"
-    assert "'kinds" in result.content and "main, group, cron, hook, node, other" in result.content
+    assert "'kinds" in result.content and "main, group, cron, hook, node, agent, other" in result.content
 
 
 async def test_limit_is_clamped(

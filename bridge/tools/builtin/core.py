@@ -59,6 +59,12 @@ async def _load_tool_group(args: LoadToolGroupArgs, ctx: ToolContext) -> ToolRes
     group = ctx.registry.group(name)
     if group is None:
         available = ", ".join(g.name for g in ctx.registry.groups()) or "(none)"
+        if ctx.registry.withheld(name):
+            # A group this chat's agent may not use ([agents.NAME] tool_groups), even if history loaded it.
+            return ToolResult.error(
+                "not_available",
+                f"Tool group '{name}' is not available in this chat. Available groups: {available}",
+            )
         return ToolResult.error("not_found", f"Tool group '{name}' not found. Available groups: {available}")
     try:
         # An MCP server's group connects here, the first time it is loaded in this process.

@@ -71,7 +71,8 @@ def _place(ctx: ToolContext, user_path: str) -> _Place | ToolResult:
         return ToolResult.error(
             "is_directory", f"'{FILES_PREFIX}' holds the skills; use list_files to see them."
         )
-    catalog = ctx.settings.skills.catalog
+    # The run's agent's skills: another agent's skill files are as absent as its skills.
+    catalog = ctx.skill_catalog
     skill = catalog.get(name)
     if skill is None:
         available = ", ".join(catalog.names()) or "(none)"
@@ -285,9 +286,7 @@ async def _list_files(args: ListFilesArgs, ctx: ToolContext) -> ToolResult:
     found = skill_path(args.path)
     if found is not None and not found[0]:
         # .skills itself: a folder of each configured skill.
-        entries = [
-            {"path": f"{FILES_PREFIX}/{name}", "type": "dir"} for name in ctx.settings.skills.catalog.names()
-        ]
+        entries = [{"path": f"{FILES_PREFIX}/{name}", "type": "dir"} for name in ctx.skill_catalog.names()]
         return ToolResult.success({"path": FILES_PREFIX, "entries": entries})
     place = _place(ctx, args.path)
     if isinstance(place, ToolResult):

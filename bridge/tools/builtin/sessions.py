@@ -15,8 +15,9 @@ from bridge.sessions.keys import RESERVED_KEYS, kind
 from bridge.store.base import MessageRow, SessionRow, SessionSummary
 from bridge.tools.arguments import Arguments, Count, Seconds, Text, typed_tool
 from bridge.tools.base import AGENT_CHANNEL, ToolContext, ToolGroup, ToolResult
+from bridge.tools.builtin.spawn import spawn_agent
 
-Kind = Literal["main", "group", "cron", "hook", "node", "other"]
+Kind = Literal["main", "group", "cron", "hook", "node", "agent", "other"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 LIST_MAX = 200
 LIST_MESSAGES_MAX = 20
@@ -112,7 +113,7 @@ async def _sessions_list(args: SessionsListArgs, ctx: ToolContext) -> ToolResult
             "key": session.key,
             "kind": session_kind_,
             "provider": session.surface
-            or ("internal" if session_kind_ in ("cron", "hook", "node") else "unknown"),
+            or ("internal" if session_kind_ in ("cron", "hook", "node", "agent") else "unknown"),
             "display_name": session.display_name,
             "updated_at": int(session.updated_at * 1000),
             "session_id": session.id,
@@ -219,6 +220,7 @@ sessions_send = typed_tool(
 def sessions_group() -> ToolGroup:
     return ToolGroup(
         name="sessions",
-        description="List chat sessions, read their message history, and message other sessions' agents",
-        tools=(sessions_list, sessions_history, sessions_send),
+        description="List chat sessions, read their message history, message other sessions' agents, "
+        "and start sub-agents",
+        tools=(sessions_list, sessions_history, sessions_send, spawn_agent),
     )

@@ -17,7 +17,8 @@ class LoadSkillArgs(Arguments):
 
 
 async def _load_skill(args: LoadSkillArgs, ctx: ToolContext) -> ToolResult:
-    catalog = ctx.settings.skills.catalog
+    # The run's agent's skills ([agents.NAME] skills): one it may not use is not found.
+    catalog = ctx.skill_catalog
     skill = catalog.get(args.name)
     if skill is None:
         available = ", ".join(catalog.names()) or "(none)"

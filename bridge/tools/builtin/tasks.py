@@ -58,7 +58,7 @@ def _chat_problem(key: str) -> str | None:
         parsed = keys.parse(key)
     except SessionKeyError as exc:
         return f"{exc}. Use a chat's session key, e.g. 'main' or 'telegram:group:-1001234567890'."
-    if parsed.kind in ("cron", "hook", "node"):
+    if parsed.kind in ("cron", "hook", "node", "agent"):
         return f"'{key}' is not a chat: give the session key of a chat, e.g. 'main'."
     return None
 

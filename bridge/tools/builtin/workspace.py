@@ -25,7 +25,8 @@ def resolve_in_workspace(root: Path, user_path: str) -> Path:
 
 
 def workspace_of(ctx: ToolContext) -> Path:
-    root = Path(ctx.settings.tools.workspace)
+    """The run's workspace: its agent's ([agents.NAME] workspace), else [tools] workspace."""
+    root = Path(ctx.workspace if ctx.workspace is not None else ctx.settings.tools.workspace)
     # Created lazily so a bot that never touches files leaves no folder behind.
     root.mkdir(parents=True, exist_ok=True)
     return root.resolve()
