@@ -33,6 +33,7 @@ LIBRARY_LOGGERS = (
     "aiohttp",
     "telegram",
     "discord",
+    "slack_sdk",
     "asyncio",
     "psycopg",
     "psycopg.pool",

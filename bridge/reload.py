@@ -1,4 +1,4 @@
-"""Live reload: edits to the config file (or SIGHUP) update the send policy and access lists."""
+"""Live reload: edits to the config file (or SIGHUP) update the send policy, access lists and agents."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ WATCH_INTERVAL_S = 1.0
 # Where the live-reloadable settings live; other changes wait for a restart.
 RELOADABLE = (
     "session.send_policy",
+    # [agents.NAME] and [[agents.bindings]]: bridge.agent.chat_agents.ChatAgents takes them.
+    "agents",
     "telegram.allowed_users",
     "telegram.allowed_chats",
     "telegram.require_mention",
@@ -29,6 +31,11 @@ RELOADABLE = (
     "discord.require_mention",
     "discord.dm_policy",
     "discord.pairing_code_ttl_s",
+    "slack.allowed_users",
+    "slack.allowed_channels",
+    "slack.require_mention",
+    "slack.dm_policy",
+    "slack.pairing_code_ttl_s",
 )
 
 
@@ -96,7 +103,7 @@ class ConfigReloader:
         later = restart_needed(self.current, settings)
         self.apply(settings)
         self.current = settings
-        log.info("config reloaded: send policy and access lists are live")
+        log.info("config reloaded: send policy, access lists and agents are live")
         if later:
             log.warning("these changed settings apply after a restart: %s", ", ".join(later))
         return True

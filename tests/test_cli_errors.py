@@ -77,7 +77,8 @@ async def test_policy_explain_refuses_a_surface_no_adapter_has(tmp_path: Path) -
         "policy", "explain", "main", "--surface", "telgram", "--config", str(config), cwd=tmp_path
     )
     clean_failure(done, 2)
-    assert "'telgram' is not a known surface; known surfaces: console, discord, telegram" in done.stderr
+    known = "console, discord, slack, telegram"
+    assert f"'telgram' is not a known surface; known surfaces: {known}" in done.stderr
 
 
 async def test_backup_into_a_folder_that_is_a_file_fails_cleanly(

@@ -2,7 +2,8 @@
 overridden by BRIDGE_<SECTION>__<KEY> environment variables.
 
 `settings.py` is the root, `Settings`, and each section has a module of its own: `platforms`
-([telegram], [discord], access), `llm`, `agent`, `runs` ([runs], [delivery]), `session` (send policy),
+([telegram], [discord], access), `llm`, `agent`, `runs` ([runs], [delivery]), `session` (send policy,
+and the matcher its rules share with agent bindings), `agents` ([agents.NAME], [[agents.bindings]]),
 `storage`, `tools`, `admin`, `tasks` ([tasks], [[hooks]]), `skills`, `mcp`, `media` ([media], [stt],
 [tts]); all on `base.py` (`Section`, URL checks and redaction). `io.py` reads TOML and the environment
 into Settings and renders them back, secrets redacted. Import a name from its module; `Settings`
@@ -16,6 +17,7 @@ files, read when the config loads).
 
 from bridge.config.admin import AdminSettings
 from bridge.config.agent import DEFAULT_SYSTEM_PROMPT, AgentSettings, LoopSettings
+from bridge.config.agents import DEFAULT_AGENT, AgentBinding, AgentChoice, AgentsSettings, NamedAgent
 from bridge.config.base import REDACTED, is_loopback, mask_url, url_userinfo
 from bridge.config.llm import DEFAULT_PROFILE, LLMProfile, LLMSettings
 from bridge.config.mcp import McpSettings
@@ -43,13 +45,17 @@ from bridge.config.tools import ToolsSettings
 
 __all__ = [
     "ADAPTER_GROUP",
+    "DEFAULT_AGENT",
     "DEFAULT_PROFILE",
     "DEFAULT_SYSTEM_PROMPT",
     "REDACTED",
     "AccessSettings",
     "AdminSettings",
+    "AgentBinding",
+    "AgentChoice",
     "AgentSettings",
     "AgentToAgentSettings",
+    "AgentsSettings",
     "DeliverySettings",
     "DiscordSettings",
     "HookSettings",
@@ -58,6 +64,7 @@ __all__ = [
     "LoopSettings",
     "McpSettings",
     "MediaSettings",
+    "NamedAgent",
     "RuleMatch",
     "RunsSettings",
     "SendPolicySettings",

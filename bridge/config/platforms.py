@@ -1,4 +1,5 @@
-"""Config of the chat platforms: [telegram], [discord], who may talk on each, and the installed adapters."""
+"""Config of the chat platforms: [telegram], [discord], [slack], who may talk on each, and the installed
+adapters."""
 
 from __future__ import annotations
 
@@ -117,4 +118,50 @@ class DiscordSettings(AccessSettings):
             raise ValueError(
                 "token is required when enabled (Developer Portal → Bot; or BRIDGE_DISCORD__TOKEN)"
             )
+        return self
+
+
+class SlackSettings(AccessSettings):
+    """[slack]: one Slack app over Socket Mode (adapters/slack), so no public URL is needed."""
+
+    # Channel ids (C…, G… for private ones, or a group DM's) the bot works in; "*" allows every
+    # channel it is a member of. A thread counts as its channel.
+    allowed_channels: list[str] = Field(default_factory=list)
+    _channel_ids = field_validator("allowed_channels", mode="before")(_id_list)
+    enabled: bool = False
+    # The bot token (xoxb-…, OAuth & Permissions) for the Web API, and the app-level token
+    # (xapp-…, with connections:write) that opens the Socket Mode connection.
+    bot_token: SecretStr = SecretStr("")
+    app_token: SecretStr = SecretStr("")
+    # Verifies the Events API's HTTP requests (Basic Information → Signing Secret). Socket Mode needs
+    # none, since Slack is reached from here; kept so the HTTP mode can follow without a new key.
+    signing_secret: SecretStr = SecretStr("")
+    # Replace the Web API's base (https://slack.com/api/), e.g. for a test server; Socket Mode's
+    # address comes from apps.connections.open there.
+    api_base: str = "https://slack.com/api"
+
+    @field_validator("api_base")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        return url_setting(value, "https://slack.com/api") or "https://slack.com/api"
+
+    @model_validator(mode="after")
+    def _complete(self) -> SlackSettings:
+        if not self.enabled:
+            return self
+        bot, app = self.bot_token.get_secret_value(), self.app_token.get_secret_value()
+        if not bot:
+            raise ValueError(
+                "bot_token is required when enabled (OAuth & Permissions → Bot User OAuth Token, xoxb-…; "
+                "or BRIDGE_SLACK__BOT_TOKEN)"
+            )
+        if not app:
+            raise ValueError(
+                "app_token is required when enabled (Basic Information → App-Level Tokens, xapp-… with "
+                "connections:write; or BRIDGE_SLACK__APP_TOKEN)"
+            )
+        if not bot.startswith("xoxb-"):
+            raise ValueError("bot_token must be the bot token, which starts with xoxb-")
+        if not app.startswith("xapp-"):
+            raise ValueError("app_token must be an app-level token, which starts with xapp-")
         return self

@@ -27,7 +27,7 @@ class RunsSettings(Section):
 class DeliverySettings(Section):
     """What happens to a message that was being sent when Bridge was killed."""
 
-    # Telegram has no idempotency key: a send in flight at a crash may or may not have arrived.
+    # Telegram and Slack have no idempotency key: a send in flight at a crash may or may not have arrived.
     # true: send it again at the next start (at least once); false: record it as 'uncertain' and
     # send nothing (at most once). Discord needs neither: its nonces make a resend safe.
     resend_uncertain: bool = True

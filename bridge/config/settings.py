@@ -10,10 +10,11 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from bridge.config.admin import AdminSettings
 from bridge.config.agent import AgentSettings
+from bridge.config.agents import AgentsSettings, check_agents
 from bridge.config.llm import LLMSettings
 from bridge.config.mcp import McpSettings
 from bridge.config.media import MediaSettings, SttSettings, TtsSettings
-from bridge.config.platforms import DiscordSettings, TelegramSettings
+from bridge.config.platforms import DiscordSettings, SlackSettings, TelegramSettings
 from bridge.config.runs import DeliverySettings, RunsSettings
 from bridge.config.session import SessionSettings
 from bridge.config.skills import SkillsSettings
@@ -41,6 +42,7 @@ class Settings(BaseSettings):
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
+    slack: SlackSettings = Field(default_factory=SlackSettings)
     session: SessionSettings = Field(default_factory=SessionSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     tasks: TasksSettings = Field(default_factory=TasksSettings)
@@ -55,6 +57,9 @@ class Settings(BaseSettings):
     stt: SttSettings = Field(default_factory=SttSettings)
     # [tts]: where answers to voice notes are spoken (see bridge.config.media, bridge.media.speech).
     tts: TtsSettings = Field(default_factory=TtsSettings)
+    # [agents.NAME] and [[agents.bindings]]: different agents for different chats (see
+    # bridge.config.agents). After [llm] and [skills], which its check reads.
+    agents: AgentsSettings = Field(default_factory=AgentsSettings)
 
     @field_validator("log_level", "log_level_libraries", mode="before")
     @classmethod
@@ -85,6 +90,19 @@ class Settings(BaseSettings):
             served = admin.enabled or (telegram.enabled and telegram.mode == "webhook")
         check_hooks(hooks, served=served)
         return hooks
+
+    @field_validator("agents")
+    @classmethod
+    def _agents_known(cls, agents: AgentsSettings, info: ValidationInfo) -> AgentsSettings:
+        # A field validator, so each error names agents.NAME.key; [llm] and [skills] come before it
+        # and are in info.data unless they failed themselves (then their own error says enough).
+        llm, skills = info.data.get("llm"), info.data.get("skills")
+        check_agents(
+            agents,
+            llm if isinstance(llm, LLMSettings) else None,
+            skills.catalog if isinstance(skills, SkillsSettings) else None,
+        )
+        return agents
 
     @classmethod
     def settings_customise_sources(

@@ -34,7 +34,7 @@ class Verdict(Enum):
 @dataclass(frozen=True, slots=True)
 class SurfaceAccess:
     allowed_users: frozenset[str]
-    # Telegram groups, or Discord channels (a thread counts as its parent channel).
+    # Telegram groups, or Discord and Slack channels (a thread counts as its parent channel).
     allowed_chats: frozenset[str]
     require_mention: bool
     # Discord guilds: every channel in them.
@@ -223,12 +223,14 @@ def _once_an_hour(remembered: dict[K, float], key: K, now: float) -> bool:
 
 
 def surfaces_from(settings: Settings) -> dict[str, SurfaceAccess]:
-    telegram, discord = settings.telegram, settings.discord
+    telegram, discord, slack = settings.telegram, settings.discord, settings.slack
     return {
         "telegram": SurfaceAccess.of(telegram, telegram.allowed_chats),
         "discord": SurfaceAccess.of(
             discord, discord.allowed_channels, discord.allowed_guilds, chats_key="allowed_channels"
         ),
+        # A Slack thread's messages carry their channel as chat_id, so a channel allows its threads.
+        "slack": SurfaceAccess.of(slack, slack.allowed_channels, chats_key="allowed_channels"),
     }
 
 

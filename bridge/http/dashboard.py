@@ -143,7 +143,9 @@ class Dashboard:
             return self.render("missing.html", "runs", status=404, what=f"No run {run_id}.")
         trace = detail["trace"]
         bars = timeline(trace) if trace else []
-        return self.render("run.html", "runs", run=detail["run"], trace=trace, bars=bars)
+        return self.render(
+            "run.html", "runs", run=detail["run"], trace=trace, bars=bars, children=detail["children"]
+        )
 
     async def outbox(self, request: web.Request) -> web.Response:
         state = outbox_state(request.query.get("state"))
@@ -170,7 +172,11 @@ class Dashboard:
     async def pairing(self, request: web.Request) -> web.Response:
         settings, surfaces = self.bridge.settings, self.bridge.access.surfaces
         # dm_policy as the access check has it now (a reload changes it live); enabled as started.
-        enabled = {"telegram": settings.telegram.enabled, "discord": settings.discord.enabled}
+        enabled = {
+            "telegram": settings.telegram.enabled,
+            "discord": settings.discord.enabled,
+            "slack": settings.slack.enabled,
+        }
         return self.render(
             "pairing.html",
             "pairing",
