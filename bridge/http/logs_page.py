@@ -9,7 +9,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from bridge.http.api import KEEPALIVE_S
+from bridge.http.pages import DashboardPart, Render
 from bridge.http.replies import bad_request, not_found
 from bridge.logs import LogEntry, recent_log
 
@@ -82,14 +83,12 @@ def _searched(entry: LogEntry) -> str:
     return f"{entry.logger} {entry.level} {entry.message} {fields}".casefold()
 
 
-class LogsPage:
+class LogsPage(DashboardPart):
     """GET /logs (the page), /api/logs (the lines as JSON), /api/logs/stream (new lines as server-sent
     events) and /api/logs/download (the lines as the log file has them)."""
 
-    def __init__(self, bridge: Bridge, render: Callable[..., web.Response]) -> None:
-        self.bridge = bridge
-        # Dashboard.render: (template, page, *, status=200, **context) -> a page with the CSRF value.
-        self.render = render
+    def __init__(self, bridge: Bridge, render: Render) -> None:
+        super().__init__(bridge, render)
         self.zone = ZoneInfo(bridge.settings.agent.timezone)
 
     def routes(self, app: web.Application) -> None:

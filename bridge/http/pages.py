@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
@@ -13,6 +14,9 @@ import jinja2
 from aiohttp import web
 
 from bridge.events import framed
+
+if TYPE_CHECKING:
+    from bridge.app import Bridge
 
 # Pages hold conversations and config: no caching, no framing, no script or style from elsewhere.
 # Every script and style is a file under /static/, so no inline code is allowed at all.
@@ -26,6 +30,22 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+
+
+# Dashboard.render: (template, page, *, status=200, **context) -> a page with the CSRF value.
+Render = Callable[..., web.Response]
+
+
+class DashboardPart:
+    """A page (and its API) that the admin server adds beside the dashboard's own: the logs, tasks,
+    tools and chat pages. Built with the Bridge and the dashboard's `render`; `routes` adds its own."""
+
+    def __init__(self, bridge: Bridge, render: Render) -> None:
+        self.bridge = bridge
+        self.render = render
+
+    def routes(self, app: web.Application) -> None:
+        raise NotImplementedError
 
 
 class Pages:

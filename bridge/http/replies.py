@@ -3,34 +3,32 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
+ErrorT = TypeVar("ErrorT", bound=web.HTTPError)
+
+
+def _error(kind: type[ErrorT], error: str, detail: str) -> ErrorT:
+    return kind(text=json.dumps({"error": error, "detail": detail}), content_type="application/json")
+
 
 def bad_request(detail: str) -> web.HTTPBadRequest:
-    return web.HTTPBadRequest(
-        text=json.dumps({"error": "bad_request", "detail": detail}), content_type="application/json"
-    )
+    return _error(web.HTTPBadRequest, "bad_request", detail)
 
 
 def not_found(detail: str) -> web.HTTPNotFound:
-    return web.HTTPNotFound(
-        text=json.dumps({"error": "not_found", "detail": detail}), content_type="application/json"
-    )
+    return _error(web.HTTPNotFound, "not_found", detail)
 
 
 def forbidden(detail: str) -> web.HTTPForbidden:
-    return web.HTTPForbidden(
-        text=json.dumps({"error": "forbidden", "detail": detail}), content_type="application/json"
-    )
+    return _error(web.HTTPForbidden, "forbidden", detail)
 
 
 def conflict(detail: str) -> web.HTTPConflict:
     """The request is understood, but what it names is in a state that does not allow it."""
-    return web.HTTPConflict(
-        text=json.dumps({"error": "conflict", "detail": detail}), content_type="application/json"
-    )
+    return _error(web.HTTPConflict, "conflict", detail)
 
 
 async def body_of(request: web.Request, *, forms: bool = False) -> dict[str, Any]:

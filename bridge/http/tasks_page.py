@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
+from bridge.http.pages import DashboardPart
 from bridge.http.replies import bad_request, conflict, forbidden, not_found
 from bridge.sessions.authority import Authority
 from bridge.sessions.keys import cron
@@ -20,7 +21,7 @@ from bridge.tasks.catalog import TaskCatalog, TaskError
 from bridge.tasks.when import when_text
 
 if TYPE_CHECKING:
-    from bridge.app import Bridge
+    pass
 
 # The newest firings shown with each task: enough to see a task failing or being missed.
 FIRINGS_SHOWN: Final = 5
@@ -69,14 +70,9 @@ ACTIONS: Final[dict[str, _Act]] = {
 }
 
 
-class TasksPage:
+class TasksPage(DashboardPart):
     """GET /tasks (the page), GET /api/tasks, POST /api/tasks/{id}/pause|resume|run|cancel and GET
     /api/hooks/events."""
-
-    def __init__(self, bridge: Bridge, render: Callable[..., web.Response]) -> None:
-        self.bridge = bridge
-        # Dashboard.render: (template, page, *, status=200, **context) -> a page with the CSRF value.
-        self.render = render
 
     def routes(self, app: web.Application) -> None:
         add = app.router

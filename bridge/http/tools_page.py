@@ -19,6 +19,7 @@ from aiohttp import web
 
 from bridge.app.registry import left_out
 from bridge.errors import ManifestError, ToolSourceError
+from bridge.http.pages import DashboardPart
 from bridge.mcp.group import McpToolSource
 from bridge.mcp.state import target
 from bridge.tools.base import Tool, ToolGroup, schemas_json
@@ -33,13 +34,8 @@ if TYPE_CHECKING:
 PILLS = {"connected": "ok", "failing": "bad", "starting": "pending", "stopped": "", "not started": ""}
 
 
-class ToolsPage:
+class ToolsPage(DashboardPart):
     """What the model may use and what it costs, and whether each MCP server is healthy."""
-
-    def __init__(self, bridge: Bridge, render: Callable[..., web.Response]) -> None:
-        self.bridge = bridge
-        # Dashboard.render: (template, page, *, status=200, **context) -> a page with the CSRF value.
-        self.render = render
 
     def routes(self, app: web.Application) -> None:
         add = app.router

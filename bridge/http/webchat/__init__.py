@@ -13,11 +13,11 @@ outbox. May import what bridge.http may (layers below it), never bridge.cli.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from bridge.http.pages import DashboardPart, Render
 from bridge.http.webchat.completions import Completions
 from bridge.http.webchat.names import SURFACE, WEB_OPERATOR
 from bridge.http.webchat.page import ChatPage
@@ -28,13 +28,11 @@ if TYPE_CHECKING:
     from bridge.app import Bridge
 
 
-class WebChat:
+class WebChat(DashboardPart):
     """The chat page and the completions endpoint of one Bridge, and its `web` sender."""
 
-    def __init__(self, bridge: Bridge, render: Callable[..., web.Response]) -> None:
-        self.bridge = bridge
-        # Dashboard.render: (template, page, *, status=200, **context) -> a page with the CSRF value.
-        self.render = render
+    def __init__(self, bridge: Bridge, render: Render) -> None:
+        super().__init__(bridge, render)
         self.sender = web_sender(bridge)
         self.turns = WebTurns(bridge)
 
