@@ -1,5 +1,6 @@
-"""The base of every config section (unknown keys are errors that name the key), and the checks and
-redaction of the URLs and addresses that sections hold."""
+"""The base of every config section (unknown keys are errors that name the key), the base of a
+section whose key is read from an environment variable, and the checks and redaction of the URLs and
+addresses that sections hold."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, SecretStr, field_validator, model_validator
 
 REDACTED = "<redacted>"
 # scheme://userinfo@: the userinfo ends at the last "@" before the path, query or fragment.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#\s]*)@")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # The folder of the config file being read (bridge.config.io sets it around one validation); None:
@@ -66,6 +68,66 @@ class Section(BaseModel):
                 # Into __dict__: a default stays unset (model_fields_set), as [llm] profiles rely on.
                 self.__dict__[name] = rebased
         return self
+
+
+class KeyFromEnv(Section):
+    """A section whose API key is never written in the config: `api_key_env` names the environment
+    variable that holds it (none: no key, as for a local server), so the key stays out of config
+    files and check-config's output.
+
+    The key is read when the settings are loaded, so the log and trace redactors know it from the
+    start (bridge.logs.secret_values reads private attributes); never a field, so never rendered. A
+    section declares `api_key_env` itself, where its table lists it, and words its errors: whose key
+    it is (WHOSE_KEY) and what a missing one means (WITHOUT_KEY).
+    """
+
+    WHOSE_KEY: ClassVar[str]  # e.g. "a profile's key"
+    WITHOUT_KEY: ClassVar[str]  # e.g. "this profile has no API key"
+    if TYPE_CHECKING:
+        api_key_env: str | None
+    _api_key: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_in_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError(
+                f"api_key: {cls.WHOSE_KEY} is never written in the config; put it in an environment "
+                "variable and name that variable in api_key_env"
+            )
+        return data
+
+    @field_validator("api_key_env", check_fields=False)
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not an environment variable name (letters, digits and _), e.g. "
+                "'OPENAI_API_KEY'; the key itself goes in that variable, not here"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _read_key(self) -> Self:
+        if self.api_key_env:
+            self._api_key = SecretStr(os.environ.get(self.api_key_env, ""))
+        return self
+
+    @property
+    def api_key(self) -> SecretStr:
+        return self._api_key
+
+    @property
+    def key_missing(self) -> bool:
+        """The section names a key variable that is unset or empty."""
+        return bool(self.api_key_env) and not self._api_key.get_secret_value()
+
+    def missing_key(self, where: str) -> str:
+        """check-config's line for a missing key, WHERE being the table's path (e.g. "tts")."""
+        return (
+            f"{where}.api_key_env: the environment variable {self.api_key_env} is not set, so "
+            f"{self.WITHOUT_KEY}"
+        )
 
 
 def url_setting(value: str | None, example: str, schemes: str = "https?") -> str | None:

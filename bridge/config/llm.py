@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import re
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
+from bridge.config.base import KeyFromEnv, url_setting
 from bridge.config.base import Section as _Section
-from bridge.config.base import url_setting
 
 _PROFILE_NAME = re.compile(r"^[a-z0-9_-]+$")
 DEFAULT_PROFILE = "default"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class LLMProfile(_Section):
+class LLMProfile(KeyFromEnv):
     """One [llm.profiles.NAME] table: another model, which owners pick for a chat with /model NAME.
 
     Keys left out come from [llm]. The API key never sits in the file: `api_key_env` names the
@@ -34,49 +32,14 @@ class LLMProfile(_Section):
     tool_mode: Literal["native", "text"] | None = None
     text_result_role: Literal["tool", "user"] | None = None
     vision: bool | None = None
-    # Read from the environment when the settings are loaded, so the log and trace redactors know it
-    # from the start (bridge.logs.secret_values finds it); never a field, so never rendered.
-    _api_key: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_key_in_file(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "api_key" in data:
-            raise ValueError(
-                "api_key: a profile's key is never written in the config; put it in an environment "
-                "variable and name that variable in api_key_env"
-            )
-        return data
+    WHOSE_KEY = "a profile's key"
+    WITHOUT_KEY = "this profile has no API key"
 
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         return url_setting(value, "http://127.0.0.1:8080/v1")
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.match(value):
-            raise ValueError(
-                f"{value!r} is not an environment variable name (letters, digits and _), e.g. "
-                "'OPENAI_API_KEY'; the key itself goes in that variable, not here"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _read_key(self) -> LLMProfile:
-        if self.api_key_env:
-            self._api_key = SecretStr(os.environ.get(self.api_key_env, ""))
-        return self
-
-    @property
-    def api_key(self) -> SecretStr:
-        return self._api_key
-
-    @property
-    def key_missing(self) -> bool:
-        """The profile names a key variable that is unset or empty."""
-        return bool(self.api_key_env) and not self._api_key.get_secret_value()
 
 
 class LLMSettings(_Section):
@@ -170,8 +133,7 @@ class LLMSettings(_Section):
     def missing_keys(self) -> list[str]:
         """One line per profile whose key variable is unset or empty, naming the profile and variable."""
         return [
-            f"llm.profiles.{name}.api_key_env: the environment variable {profile.api_key_env} is not "
-            "set, so this profile has no API key"
+            profile.missing_key(f"llm.profiles.{name}")
             for name, profile in sorted(self.profiles.items())
             if profile.key_missing
         ]

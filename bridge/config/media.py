@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from bridge.config.base import Section, url_setting
+from bridge.config.base import KeyFromEnv, Section, url_setting
 
 MIB = 1024 * 1024
 
@@ -49,10 +47,7 @@ class SttSettings(Section):
         return self.base_url is not None
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class TtsSettings(Section):
+class TtsSettings(KeyFromEnv):
     """[tts]: an OpenAI-compatible /audio/speech server. With a base_url, an answer to a voice note is
     also sent as a voice message (OGG/Opus); /voice on|off|auto changes that per chat."""
 
@@ -70,34 +65,14 @@ class TtsSettings(Section):
     # The longest answer spoken whole. A longer one is spoken up to its last sentence within this,
     # the text reply being whole anyway; OpenAI's endpoint takes at most 4,096 characters.
     max_chars: int = Field(4000, ge=100, le=100_000)
-    # Read from the environment when the settings are loaded, so the log redactor knows it from the
-    # start (bridge.logs.secret_values reads private attributes); never a field, so never rendered.
-    _api_key: SecretStr = PrivateAttr(default_factory=lambda: SecretStr(""))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_key_in_file(cls, data: object) -> object:
-        if isinstance(data, dict) and "api_key" in data:
-            raise ValueError(
-                "api_key: the speech server's key is never written in the config; put it in an "
-                "environment variable and name that variable in api_key_env"
-            )
-        return data
+    WHOSE_KEY = "the speech server's key"
+    WITHOUT_KEY = "the speech server gets no API key"
 
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         return url_setting(value, "http://127.0.0.1:8880/v1")
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.match(value):
-            raise ValueError(
-                f"{value!r} is not an environment variable name (letters, digits and _), e.g. "
-                "'OPENAI_API_KEY'; the key itself goes in that variable, not here"
-            )
-        return value
 
     @model_validator(mode="after")
     def _needs_a_server(self) -> TtsSettings:
@@ -107,8 +82,6 @@ class TtsSettings(Section):
                 "base_url: [tts] is enabled but names no speech server; set base_url (e.g. "
                 "http://127.0.0.1:8880/v1), or enabled = false"
             )
-        if self.api_key_env:
-            self._api_key = SecretStr(os.environ.get(self.api_key_env, ""))
         return self
 
     @property
@@ -116,15 +89,6 @@ class TtsSettings(Section):
         """Whether spoken replies are set up: a server, and not turned off."""
         return self.enabled is not False and self.base_url is not None
 
-    @property
-    def api_key(self) -> SecretStr:
-        return self._api_key
-
     def missing_keys(self) -> list[str]:
         """A line when the key variable named is unset or empty, for check-config (as [llm] profiles)."""
-        if self.speaks and self.api_key_env and not self._api_key.get_secret_value():
-            return [
-                f"tts.api_key_env: the environment variable {self.api_key_env} is not set, so the "
-                "speech server gets no API key"
-            ]
-        return []
+        return [self.missing_key("tts")] if self.speaks and self.key_missing else []
