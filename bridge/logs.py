@@ -34,6 +34,7 @@ LIBRARY_LOGGERS = (
     "telegram",
     "discord",
     "slack_sdk",
+    "nio",
     "asyncio",
     "psycopg",
     "psycopg.pool",

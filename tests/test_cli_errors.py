@@ -77,7 +77,7 @@ async def test_policy_explain_refuses_a_surface_no_adapter_has(tmp_path: Path) -
         "policy", "explain", "main", "--surface", "telgram", "--config", str(config), cwd=tmp_path
     )
     clean_failure(done, 2)
-    known = "console, discord, slack, telegram"
+    known = "console, discord, matrix, slack, telegram"
     assert f"'telgram' is not a known surface; known surfaces: {known}" in done.stderr
 
 

@@ -71,7 +71,7 @@ async def test_a_rule_for_a_misspelt_surface_is_rejected_naming_the_key_and_the_
     assert done.code == 2, done.output
     assert (
         "session.send_policy.rules[1].match.surface: 'telgram' is not a known surface; "
-        "known surfaces: console, discord, slack, telegram"
+        "known surfaces: console, discord, matrix, slack, telegram"
     ) in done.stderr
 
 

@@ -23,13 +23,15 @@ def holding(name: str, settings: Settings) -> str:
     """What a running platform holds, for `bridge status`: its connection."""
     if name == "telegram":
         return f"telegram {settings.telegram.mode}"
-    return {"discord": "discord gateway", "slack": "slack socket mode"}.get(name, name)
+    connections = {"discord": "discord gateway", "slack": "slack socket mode", "matrix": "matrix sync"}
+    return connections.get(name, name)
 
 
 def exclusive(name: str, settings: Settings) -> bool:
     """Whether one connection at a time may listen: Telegram polling (a second poller gets Conflict),
-    a Discord gateway (two would both receive every message) and Slack's Socket Mode (Slack would
-    spread an app's events over several connections, and one keeps a chat's in their order). A Telegram
+    a Discord gateway (two would both receive every message), Slack's Socket Mode (Slack would
+    spread an app's events over several connections, and one keeps a chat's in their order) and
+    Matrix's /sync (two would both answer every message). A Telegram
     webhook is answered by every worker: the platform message id makes a request two workers took
     stored once."""
     if name == "telegram":
@@ -40,9 +42,12 @@ def exclusive(name: str, settings: Settings) -> bool:
 def platform_lock(name: str, settings: Settings) -> str:
     """The lock of one platform connection: per token, so two bots on one database are two locks."""
     section = getattr(settings, name, None)
-    # Slack's connection belongs to its app: the app-level token names it.
-    token = getattr(section, "app_token" if name == "slack" else "token", None)
+    # Slack's connection belongs to its app: the app-level token names it. Matrix's /sync belongs to
+    # the bot's account, whichever token or password it logs in with.
+    token = getattr(section, {"slack": "app_token", "matrix": "user_id"}.get(name, "token"), None)
     secret = token.get_secret_value() if token is not None and hasattr(token, "get_secret_value") else ""
+    if isinstance(token, str):
+        secret = token
     return f"bridge.platform:{name}:{hashlib.sha256(secret.encode()).hexdigest()[:16]}"
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.cli.exits import EXIT_CONFIG, EXIT_RUNTIME, fail
 from bridge.config import Settings
 from bridge.errors import PairingLimited, StoreError
+from bridge.sessions import keys
 
 if TYPE_CHECKING:
     from bridge.gateway.pairing import Pairing
@@ -87,14 +88,14 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _person(words: list[str]) -> tuple[str, str] | None:
-    """telegram:777, or telegram 777."""
+    """telegram:777, matrix:@ann:example.org, or telegram 777."""
     if len(words) == 1:
         surface, _, user_id = words[0].partition(":")
     elif len(words) == 2:
         surface, user_id = words
     else:
         return None
-    if not surface or not user_id or ":" in user_id:
+    if not surface or not user_id or keys.id_problem("user id", user_id) is not None:
         return None
     return surface, user_id
 

@@ -1,5 +1,5 @@
-"""Config of the chat platforms: [telegram], [discord], [slack], who may talk on each, and the installed
-adapters."""
+"""Config of the chat platforms: [telegram], [discord], [slack], [matrix], who may talk on each, and the
+installed adapters."""
 
 from __future__ import annotations
 
@@ -164,4 +164,70 @@ class SlackSettings(AccessSettings):
             raise ValueError("bot_token must be the bot token, which starts with xoxb-")
         if not app.startswith("xapp-"):
             raise ValueError("app_token must be an app-level token, which starts with xapp-")
+        return self
+
+
+# A Matrix user id: @localpart:server, the server maybe with a port.
+_MATRIX_USER = re.compile(r"^@[^:\s]+:[^\s]+$")
+
+
+class MatrixSettings(AccessSettings):
+    """[matrix]: one bot account on a Matrix homeserver (adapters/matrix), listening with /sync."""
+
+    # Room ids (!abc:example.org) the bot works in, and joins when invited to; "*" allows every room
+    # it is invited to. A thread counts as its room. Direct chats go by allowed_users (and pairing).
+    allowed_rooms: list[str] = Field(default_factory=list)
+    enabled: bool = False
+    # The homeserver's client API (https://matrix.example.org, as in the well-known file) and the
+    # bot's account on it.
+    homeserver: str = ""
+    user_id: str = ""
+    # How the bot logs in: an access token (its device is the token's), or the account's password
+    # with a fixed device_id, so that each start is the same device and a message resent after a
+    # crash is recognised by the homeserver (it drops a repeated transaction id per device).
+    access_token: SecretStr = SecretStr("")
+    password: SecretStr = SecretStr("")
+    device_id: str = ""
+
+    _room_ids = field_validator("allowed_rooms", mode="before")(_id_list)
+
+    @field_validator("homeserver")
+    @classmethod
+    def _homeserver_url(cls, value: str) -> str:
+        return url_setting(value, "https://matrix.example.org") or ""
+
+    @field_validator("allowed_rooms")
+    @classmethod
+    def _rooms(cls, value: list[str]) -> list[str]:
+        for room in value:
+            if room != "*" and not re.match(r"^![^\s]+$", room):
+                raise ValueError(
+                    f"{room!r} is not a room id: write the room's id (!abc:example.org; in Element, Room "
+                    "settings → Advanced), not its name or alias"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> MatrixSettings:
+        if not self.enabled:
+            return self
+        token, password = self.access_token.get_secret_value(), self.password.get_secret_value()
+        if not self.homeserver:
+            raise ValueError("homeserver is required when enabled (e.g. https://matrix.example.org)")
+        if not self.user_id:
+            raise ValueError("user_id is required when enabled (the bot's account, e.g. @bridge:example.org)")
+        if not _MATRIX_USER.match(self.user_id):
+            raise ValueError(f"user_id {self.user_id!r} is not a Matrix user id such as @bridge:example.org")
+        if token and password:
+            raise ValueError("give access_token or password (with device_id), not both")
+        if not token and not password:
+            raise ValueError(
+                "access_token is required when enabled (or password with device_id; or "
+                "BRIDGE_MATRIX__ACCESS_TOKEN): see docs/matrix.md for getting one"
+            )
+        if password and not self.device_id:
+            raise ValueError(
+                "device_id is required with password: the bot logs in as that device every time, so a "
+                "message resent after a crash is not shown twice (any name, e.g. BRIDGE)"
+            )
         return self

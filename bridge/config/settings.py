@@ -14,15 +14,17 @@ from bridge.config.agents import AgentsSettings, check_agents
 from bridge.config.llm import LLMSettings
 from bridge.config.mcp import McpSettings
 from bridge.config.media import MediaSettings, SttSettings, TtsSettings
-from bridge.config.platforms import DiscordSettings, SlackSettings, TelegramSettings
+from bridge.config.platforms import DiscordSettings, MatrixSettings, SlackSettings, TelegramSettings
 from bridge.config.runs import DeliverySettings, RunsSettings
 from bridge.config.session import SessionSettings
 from bridge.config.skills import SkillsSettings
 from bridge.config.storage import StorageSettings
 from bridge.config.tasks import HookSettings, TasksSettings, check_hooks
 from bridge.config.tools import ToolsSettings
+from bridge.sessions.keys import MATRIX_ID_RE
 
-_OWNER_RE = re.compile(r"^[a-z][a-z0-9_-]*:[^\s:]+$")
+# surface:user_id, where a Matrix user id keeps its own ':' (matrix:@ann:example.org).
+_OWNER_RE = re.compile(rf"^[a-z][a-z0-9_-]*:(?:[^\s:]+|{MATRIX_ID_RE.pattern})$")
 
 
 class Settings(BaseSettings):
@@ -43,6 +45,7 @@ class Settings(BaseSettings):
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
+    matrix: MatrixSettings = Field(default_factory=MatrixSettings)
     session: SessionSettings = Field(default_factory=SessionSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
     tasks: TasksSettings = Field(default_factory=TasksSettings)

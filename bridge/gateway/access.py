@@ -34,7 +34,7 @@ class Verdict(Enum):
 @dataclass(frozen=True, slots=True)
 class SurfaceAccess:
     allowed_users: frozenset[str]
-    # Telegram groups, or Discord and Slack channels (a thread counts as its parent channel).
+    # Telegram groups, Discord and Slack channels, Matrix rooms (a thread counts as its parent).
     allowed_chats: frozenset[str]
     require_mention: bool
     # Discord guilds: every channel in them.
@@ -223,7 +223,7 @@ def _once_an_hour(remembered: dict[K, float], key: K, now: float) -> bool:
 
 
 def surfaces_from(settings: Settings) -> dict[str, SurfaceAccess]:
-    telegram, discord, slack = settings.telegram, settings.discord, settings.slack
+    telegram, discord, slack, matrix = settings.telegram, settings.discord, settings.slack, settings.matrix
     return {
         "telegram": SurfaceAccess.of(telegram, telegram.allowed_chats),
         "discord": SurfaceAccess.of(
@@ -231,6 +231,8 @@ def surfaces_from(settings: Settings) -> dict[str, SurfaceAccess]:
         ),
         # A Slack thread's messages carry their channel as chat_id, so a channel allows its threads.
         "slack": SurfaceAccess.of(slack, slack.allowed_channels, chats_key="allowed_channels"),
+        # A Matrix thread's messages carry their room as chat_id, so a room allows its threads.
+        "matrix": SurfaceAccess.of(matrix, matrix.allowed_rooms, chats_key="allowed_rooms"),
     }
 
 

@@ -176,6 +176,7 @@ class Dashboard:
             "telegram": settings.telegram.enabled,
             "discord": settings.discord.enabled,
             "slack": settings.slack.enabled,
+            "matrix": settings.matrix.enabled,
         }
         return self.render(
             "pairing.html",

@@ -1,4 +1,8 @@
-"""Session keys: stable strings such as ``telegram:group:-100123:topic:7`` that name one conversation."""
+"""Session keys: stable strings such as ``telegram:group:-100123:topic:7`` that name one conversation.
+
+A chat's ids are written as the platform has them; Matrix's hold a ':' (``matrix:dm:@ann:example.org``,
+``matrix:group:!abc:example.org:topic:$ev``), which the grammar reads as one id (`MATRIX_ID_RE`).
+"""
 
 from __future__ import annotations
 
@@ -46,6 +50,14 @@ _TOPIC: Final = "topic"
 # A sub-agent's number under its parent session: 1, 2, ... written without leading zeros, so each
 # child has exactly one key.
 _CHILD_RE: Final = re.compile(r"[1-9][0-9]*")
+# Matrix ids (@user:server, !room:server, #alias:server, and $event:server in rooms of versions 1
+# and 2) hold a ':' before their server name, which may carry a port (localhost:8008) or be an IPv6
+# literal ([::1]:8448). Such an id stands in a chat's key whole: `matrix:dm:@ann:example.org`. A
+# server named "topic" is left out, so that ':topic:' still ends a group's id, and each key string
+# has one reading (parse(build(key)) == key).
+MATRIX_ID_RE: Final = re.compile(
+    r"[@!#$+][^:\s]+:(?!topic(?::|$))(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?"
+)
 _SURFACE_RE: Final = re.compile(r"[a-z][a-z0-9_-]*")
 # A surface named like a scope or a reserved key would make keys ambiguous or confusing.
 _RESERVED_SURFACES: Final[frozenset[str]] = SCOPES | RESERVED_KEYS
@@ -104,10 +116,12 @@ def _surface_problem(surface: str) -> str | None:
     return None
 
 
-def _id_problem(name: str, value: str) -> str | None:
+def id_problem(name: str, value: str, *, chat: bool = True) -> str | None:
+    """What keeps `value` from being an id in a key (None: nothing). A chat's ids (`chat`: a user,
+    chat, channel or thread id) may be Matrix ids, colon and all; no other id holds a ':'."""
     if not value:
         return f"{name} is empty"
-    if ":" in value:
+    if ":" in value and not (chat and MATRIX_ID_RE.fullmatch(value)):
         return f"{name} {value!r} contains ':'"
     if any(char.isspace() for char in value):
         return f"{name} {value!r} contains whitespace"
@@ -132,6 +146,7 @@ def _problem(scope: str, surface: str | None, id_: str | None, thread_id: str | 
     elif thread_id is not None and scope != "group":
         return "only group keys take a thread id"
     id_name = _ID_NAMES[scope]
+    chat = scope in _SURFACE_SCOPES
     if scope in _SURFACELESS_SCOPES:
         if surface is not None:
             return f"{scope} keys take no surface"
@@ -143,11 +158,11 @@ def _problem(scope: str, surface: str | None, id_: str | None, thread_id: str | 
             return problem
     if id_ is None:
         return f"{id_name} is missing"
-    problem = _id_problem(id_name, id_)
+    problem = id_problem(id_name, id_, chat=chat)
     if problem:
         return problem
     if thread_id is not None and scope == "group":
-        return _id_problem("thread id", thread_id)
+        return id_problem("thread id", thread_id)
     return None
 
 
@@ -212,7 +227,8 @@ def _split(text: str) -> _Parts | str:
     id_name = _ID_NAMES[scope]
     if not tail:
         return f"{id_name} is missing"
-    id_, tail = tail[0], tail[1:]
+    taken = _matrix_id(tail)
+    id_, tail = ":".join(tail[:taken]), tail[taken:]
     if not tail:
         return scope, head, id_, None
     if tail[0] != _TOPIC:
@@ -221,9 +237,19 @@ def _split(text: str) -> _Parts | str:
         return "':topic:' is only valid on group keys"
     if len(tail) == 1:
         return "thread id is missing"
-    if len(tail) > 2:
+    if len(tail) > 2 and not MATRIX_ID_RE.fullmatch(":".join(tail[1:])):
         return _extra(tail[2:], "thread id")
-    return scope, head, id_, tail[1]
+    return scope, head, id_, ":".join(tail[1:])
+
+
+def _matrix_id(parts: list[str]) -> int:
+    """How many of a key's parts after its scope make its id: more than one where they are a Matrix
+    id followed by nothing or by ':topic:' (a server is never named "topic", so there is one way)."""
+    for count in range(len(parts), 1, -1):
+        rest = parts[count:]
+        if (not rest or rest[0] == _TOPIC) and MATRIX_ID_RE.fullmatch(":".join(parts[:count])):
+            return count
+    return 1
 
 
 def parse(text: str) -> SessionKey:

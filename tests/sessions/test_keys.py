@@ -37,14 +37,32 @@ ids = st.one_of(
     st.text(min_size=1, max_size=20).filter(_valid_id),  # anything else the grammar allows
 )
 
+# Matrix ids, whose server name (a host, an IPv4 or IPv6 address, maybe a port) follows a ':'.
+servers = st.one_of(
+    st.sampled_from(["example.org", "localhost", "127.0.0.1", "[::1]", "[2001:db8::1]", "topics", "topic1"]),
+    st.from_regex(r"[a-z0-9][a-z0-9.-]{0,10}", fullmatch=True).filter(lambda host: host != "topic"),
+)
+matrix_ids = st.builds(
+    "{}{}:{}{}".format,
+    st.sampled_from("@!#$"),
+    st.one_of(
+        st.sampled_from(["ann", "topic", "AbC-_.=/+", "42"]),
+        st.from_regex(r"[a-z0-9._=/-]{1,8}", fullmatch=True),
+    ),
+    servers,
+    st.none().map(lambda _: "") | st.integers(min_value=1, max_value=65535).map(":{}".format),
+)
+# A chat's ids (users, chats, channels, threads): any id, or a Matrix id.
+chat_ids = st.one_of(ids, matrix_ids)
+
 # A sub-agent's number under its parent session.
 children = st.integers(min_value=1, max_value=10**9)
 
 session_keys = st.one_of(
     st.just(keys.main_key()),
-    st.builds(keys.dm, surfaces, ids),
-    st.builds(keys.group, surfaces, ids, st.none() | ids),
-    st.builds(keys.channel, surfaces, ids),
+    st.builds(keys.dm, surfaces, chat_ids),
+    st.builds(keys.group, surfaces, chat_ids, st.none() | chat_ids),
+    st.builds(keys.channel, surfaces, chat_ids),
     st.builds(keys.cron, ids),
     st.builds(keys.hook, ids),
     st.builds(keys.node, ids),
@@ -54,10 +72,10 @@ session_keys = st.one_of(
 # Key strings written out by hand from the grammar, independently of build().
 key_strings = st.one_of(
     st.just("main"),
-    st.builds("{}:dm:{}".format, surfaces, ids),
-    st.builds("{}:group:{}".format, surfaces, ids),
-    st.builds("{}:group:{}:topic:{}".format, surfaces, ids, ids),
-    st.builds("{}:channel:{}".format, surfaces, ids),
+    st.builds("{}:dm:{}".format, surfaces, chat_ids),
+    st.builds("{}:group:{}".format, surfaces, chat_ids),
+    st.builds("{}:group:{}:topic:{}".format, surfaces, chat_ids, chat_ids),
+    st.builds("{}:channel:{}".format, surfaces, chat_ids),
     st.builds("cron:{}".format, ids),
     st.builds("hook:{}".format, ids),
     st.builds("node-{}".format, ids),
@@ -73,7 +91,10 @@ junk = st.one_of(st.text(), near_keys, near_keys.map(lambda text: text.replace("
 
 invalid_ids = st.one_of(
     st.just(""),
-    st.builds("{}:{}".format, st.text(max_size=5), st.text(max_size=5)),
+    st.builds("{}:{}".format, st.text(max_size=5), st.text(max_size=5)).filter(
+        lambda text: not keys.MATRIX_ID_RE.fullmatch(text)
+    ),
+    st.sampled_from(["@ann:topic", "@ann:topic:8448", "ann:example.org", "@:example.org", "@a:b:c", "@a:b:"]),
     st.builds("{}{}{}".format, st.text(max_size=5), st.sampled_from([" ", "\t", "\n", "\u00a0"]), st.text()),
 )
 
@@ -172,6 +193,37 @@ def test_table_examples_parse_build_and_have_their_kind(
     assert kind(text) == expected_kind
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("matrix:dm:@ann:example.org", SessionKey("dm", "matrix", "@ann:example.org")),
+        ("matrix:group:!abc:example.org", SessionKey("group", "matrix", "!abc:example.org")),
+        (
+            "matrix:group:!abc:example.org:topic:$root",
+            SessionKey("group", "matrix", "!abc:example.org", "$root"),
+        ),
+        # A server with a port, an IPv6 server, and an event id of an old room version (with a server).
+        (
+            "matrix:group:!abc:localhost:8448:topic:$ev:example.org",
+            SessionKey("group", "matrix", "!abc:localhost:8448", "$ev:example.org"),
+        ),
+        ("matrix:dm:@ann:[::1]:8448", SessionKey("dm", "matrix", "@ann:[::1]:8448")),
+        # A group whose id only looks like a Matrix id before its topic: "topic" is no server name.
+        ("telegram:group:@ann:topic:7", SessionKey("group", "telegram", "@ann", "7")),
+    ],
+)
+def test_matrix_ids_stand_in_a_key_whole_colons_and_all(text: str, expected: SessionKey) -> None:
+    assert parse(text) == expected
+    assert build(expected) == text
+
+
+def test_only_a_chats_ids_may_be_matrix_ids() -> None:
+    assert str(keys.dm("matrix", "@ann:example.org")) == "matrix:dm:@ann:example.org"
+    for make in (lambda: keys.cron("@a:b"), lambda: keys.hook("!a:b"), lambda: keys.node("@a:b")):
+        with pytest.raises(SessionKeyError, match="contains ':'"):
+            make()
+
+
 def test_convenience_constructors_match_the_table() -> None:
     assert str(keys.main_key()) == "main"
     assert str(keys.dm("telegram", "42")) == "telegram:dm:42"
@@ -255,6 +307,12 @@ def test_surfaces_that_would_make_keys_ambiguous_are_rejected(surface: str) -> N
         ("agent:abc:x", "whole number from 1"),
         ("agent:abc:1:2", "extra part"),
         ("agent:a b:1", "whitespace"),
+        ("matrix:dm:@ann:example.org:x", "extra part"),
+        ("matrix:dm:@ann:topic", "only valid on group"),
+        ("matrix:group:!r:example.org:topic:a:b", "extra part"),
+        ("cron:@ann:example.org", "extra part"),
+        ("node-@ann:example.org", "contains ':'"),
+        ("agent:@ann:example.org:1", "extra part"),
     ],
 )
 def test_parse_rejects_junk_and_says_what_is_wrong(text: str, problem: str) -> None:
