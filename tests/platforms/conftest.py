@@ -1,7 +1,8 @@
 """The conformance suite's fixtures: `platform`, one rig per parametrized platform (suite.RIGS), the
 platforms' fakes (the existing fixtures and Bridge factories of tests/adapters, reused; Telegram's and
-Discord's fakes extended so a send can be carried out and never answered), the example plugin's
-entry point, and a summary of the run per platform: passed, failed, or not applicable and why."""
+Discord's fakes extended, and Synapse put behind a proxy, so a send can be carried out and never
+answered), the example plugin's entry point, and a summary of the run per platform: passed, failed,
+or not applicable and why."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
 from tests.adapters.conftest import discord_rig, rig  # noqa: F401 (fixtures the rigs take)
+from tests.adapters.matrix.conftest import bot, matrix_rig, people, synapse  # noqa: F401 (fixtures the rigs take)
+from tests.adapters.matrix.synapse import Synapse
 from tests.adapters.slack.conftest import slack, slack_rig  # noqa: F401 (fixtures the rigs take)
 from tests.platforms.rig import PlatformRig
 from tests.platforms.rigs.discord import CarryingDiscord, discord_world
+from tests.platforms.rigs.matrix import CarryingHomeserver
 from tests.platforms.rigs.telegram import CarryingTelegram
 from tests.platforms.suite import CASES, RIGS
 from tests.platforms.thirdparty import plugin
@@ -48,6 +52,12 @@ async def dc(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[CarryingDiscord]:
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
     async with CarryingDiscord() as server:
         discord_world(server)
+        yield server
+
+
+@pytest.fixture
+async def matrix_hs(synapse: Synapse) -> AsyncIterator[CarryingHomeserver]:  # noqa: F811
+    async with CarryingHomeserver(synapse.base_url) as server:
         yield server
 
 

@@ -15,6 +15,7 @@ import pytest
 from tests.platforms.rig import PlatformRig
 from tests.platforms.rigs.console import ConsolePlatform
 from tests.platforms.rigs.discord import DiscordPlatform
+from tests.platforms.rigs.matrix import MatrixPlatform
 from tests.platforms.rigs.relay import RelayPlatform
 from tests.platforms.rigs.slack import SlackPlatform
 from tests.platforms.rigs.telegram import TelegramPlatform
@@ -24,6 +25,7 @@ RIGS: list[type[PlatformRig]] = [
     TelegramPlatform,
     DiscordPlatform,
     SlackPlatform,
+    MatrixPlatform,
     RelayPlatform,
 ]
 
