@@ -13,8 +13,8 @@ import aiohttp
 
 from bridge.errors import MediaError
 from bridge.events import Attachment, OutFile, megabytes
-from bridge.media.bounded import CHUNK_BYTES, read_at_most
-from bridge.retry import GIVE_UP, RETRY, Backoff, Sleep, Verdict, retry_after, with_retries
+from bridge.media.bounded import CHUNK_BYTES, download_verdict, read_at_most
+from bridge.retry import Backoff, RetryableError, Sleep, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -23,20 +23,6 @@ DOWNLOAD_BACKOFF = Backoff(attempts=3, base=0.5, cap=4.0)
 # unauthenticated path, tried where the new one is unknown.
 _AUTHENTICATED = "/_matrix/client/v1/media/download"
 _LEGACY = "/_matrix/media/v3/download"
-
-
-class _Passing(Exception):
-    """A download failure worth another try (a 429 with its wait, a 5xx)."""
-
-    def __init__(self, reason: str, after: float | None = None) -> None:
-        super().__init__(reason)
-        self.after = after
-
-
-def _download_verdict(exc: BaseException) -> Verdict:
-    if isinstance(exc, _Passing):
-        return retry_after(exc.after) if exc.after is not None else RETRY
-    return RETRY if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError) else GIVE_UP
 
 
 def media_path(mxc: str) -> str:
@@ -67,12 +53,12 @@ async def download(
             lambda: _fetch(session, homeserver, token, path, max_bytes),
             what="Matrix: media download",
             log=log,
-            classify=_download_verdict,
+            classify=download_verdict,
             backoff=DOWNLOAD_BACKOFF,
             level=logging.INFO,
             sleep=sleep,
         )
-    except _Passing as exc:
+    except RetryableError as exc:
         raise MediaError(f"the download failed ({exc})") from exc
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise MediaError(f"the download failed ({type(exc).__name__})") from exc
@@ -88,9 +74,9 @@ async def _fetch(
                 continue  # a homeserver older than authenticated media
             if response.status == 429:
                 after = await _retry_after_s(response)
-                raise _Passing("HTTP 429", after)
+                raise RetryableError("HTTP 429", retry_after=after)
             if response.status >= 500:
-                raise _Passing(f"HTTP {response.status}")
+                raise RetryableError(f"HTTP {response.status}")
             if response.status == 404:
                 raise MediaError("the homeserver no longer has it (deleted?)")
             if response.status >= 400:

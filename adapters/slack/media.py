@@ -11,26 +11,12 @@ import aiohttp
 
 from bridge.errors import MediaError
 from bridge.events import Attachment, OutFile, megabytes
-from bridge.media.bounded import CHUNK_BYTES, read_at_most
-from bridge.retry import GIVE_UP, RETRY, Backoff, Sleep, Verdict, parse_retry_after, retry_after, with_retries
+from bridge.media.bounded import CHUNK_BYTES, download_verdict, read_at_most
+from bridge.retry import Backoff, RetryableError, Sleep, parse_retry_after, with_retries
 
 log = logging.getLogger(__name__)
 
 DOWNLOAD_BACKOFF = Backoff(attempts=3, base=0.5, cap=4.0)
-
-
-class _Passing(Exception):
-    """A download failure worth another try (a 429 with its wait, a 5xx)."""
-
-    def __init__(self, reason: str, after: float | None = None) -> None:
-        super().__init__(reason)
-        self.after = after
-
-
-def _download_verdict(exc: BaseException) -> Verdict:
-    if isinstance(exc, _Passing):
-        return retry_after(exc.after) if exc.after is not None else RETRY
-    return RETRY if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError) else GIVE_UP
 
 
 async def download(
@@ -51,12 +37,12 @@ async def download(
             lambda: _stream(session, token, attachment.ref, max_bytes),
             what="Slack: download",
             log=log,
-            classify=_download_verdict,
+            classify=download_verdict,
             backoff=DOWNLOAD_BACKOFF,
             level=logging.INFO,
             sleep=sleep,
         )
-    except _Passing as exc:
+    except RetryableError as exc:
         raise MediaError(f"the download failed ({exc})") from exc
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise MediaError(f"the download failed ({type(exc).__name__})") from exc
@@ -67,9 +53,9 @@ async def _stream(session: aiohttp.ClientSession, token: str, url: str, max_byte
     headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
     async with session.get(url, headers=headers) as response:
         if response.status == 429:
-            raise _Passing("HTTP 429", parse_retry_after(response.headers))
+            raise RetryableError("HTTP 429", retry_after=parse_retry_after(response.headers))
         if response.status >= 500:
-            raise _Passing(f"HTTP {response.status}")
+            raise RetryableError(f"HTTP {response.status}")
         if response.status == 404:
             raise MediaError("Slack no longer has it (deleted?)")
         if response.status >= 400:

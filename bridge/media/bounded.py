@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable
 
+import aiohttp
+
 from bridge.errors import MediaError
 from bridge.events import megabytes
+from bridge.retry import GIVE_UP, RETRY, RetryableError, Verdict, retry_after
 
 # The size adapters ask their HTTP client for: small enough that stopping after the limit wastes
 # little, large enough that reading costs few iterations.
 CHUNK_BYTES = 64 * 1024
+
+
+def download_verdict(exc: BaseException) -> Verdict:
+    """A download's failure, for bridge.retry: what the adapter raised as a RetryableError (a 429 with
+    its wait, a 5xx) and a lost connection are worth another try; anything else is final."""
+    if isinstance(exc, RetryableError):
+        return retry_after(exc.retry_after)
+    return RETRY if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError) else GIVE_UP
 
 
 def too_large(max_bytes: int) -> MediaError:
