@@ -32,7 +32,7 @@ class Row:
     state: str
     run_id: str | None
     dedupe_key: str | None
-    chat_id: int
+    chat_id: str
     text: str
     session_id: str | None
     created_at: float
@@ -71,7 +71,7 @@ def check(soak: Soak) -> Findings:
         Row(*row)
         for row in rows(
             db,
-            "SELECT id, kind, state, run_id, dedupe_key, CAST(chat_id AS INTEGER), text, session_id, "
+            "SELECT id, kind, state, run_id, dedupe_key, CAST(chat_id AS TEXT), text, session_id, "
             "created_at, reason FROM outbox ORDER BY id",
         )
     ]
@@ -85,19 +85,21 @@ def check(soak: Soak) -> Findings:
 
 def check_intake(soak: Soak, db: Path, found: Findings) -> None:
     """Every message the fake handed to the bot is stored exactly once, in order, with its platform id."""
-    if soak.tg.pending_updates:
-        found.problem(f"updates never confirmed: {[u['update_id'] for u in soak.tg.pending_updates]}")
+    side = soak.side
+    if side.unconfirmed():
+        found.problem(f"messages never confirmed: {side.unconfirmed()}")
     known: set[str] = set()
     for chat_id, handed in soak.handed.items():
-        expected = [(text, f"telegram:{chat_id}:{message_id}") for message_id, text in handed]
+        chat = f"{side.surface}:{side.chat_key(chat_id)}"
+        expected = [(text, f"{chat}:{message_id}") for message_id, text in handed]
         known.update(platform_id for _, platform_id in expected)
-        words = dict((f"telegram:{chat_id}:{message_id}", text) for message_id, text in handed)
+        words = dict((f"{chat}:{message_id}", text) for message_id, text in handed)
         stored = []
         for content, platform_id, media in rows(
             db,
             "SELECT content, platform_msg_id, media FROM messages WHERE kind = 'user' "
             "AND platform_msg_id LIKE ? ORDER BY id",
-            f"telegram:{chat_id}:%",
+            f"{chat}:%",
         ):
             said = words.get(platform_id, "")
             if content == "" and said in soak.voiced and media and '"kind": "audio"' in media:
@@ -196,10 +198,11 @@ def _outcome(run: Run | None, by_key: dict[str, list[Row]], shutdown_notices: li
 
 
 def check_deliveries(soak: Soak, outbox: list[Row], found: Findings) -> None:
-    """Each reply or notice chunk arrived once; more only for a row a kill caught `sending`."""
+    """Each reply or notice chunk arrived once; more only for a row a kill caught `sending`, and only
+    where the platform has no idempotent send."""
     # Each message as it reads now: an answer streams into its message, which the reply then edits.
-    received = Counter((m["chat_id"], visible(m["text"])) for m in soak.tg.messages())
-    grouped: defaultdict[tuple[int, str], list[Row]] = defaultdict(list)
+    received = Counter((chat, visible(text)) for chat, text in soak.side.received())
+    grouped: defaultdict[tuple[str, str], list[Row]] = defaultdict(list)
     for row in outbox:
         if row.kind in ("reply", "notice"):
             grouped[(row.chat_id, visible(row.text))].append(row)
@@ -211,7 +214,7 @@ def check_deliveries(soak: Soak, outbox: list[Row], found: Findings) -> None:
         extra = got - len(sent)
         if extra > 0:
             found.doubled += extra
-            allowed = sum(soak.caught[r.id] for r in group)
+            allowed = sum(soak.caught[r.id] for r in group) if soak.side.doubles_allowed else 0
             if extra > allowed:
                 found.problem(
                     f"chat {key[0]} received {got} times {key[1][:100]!r} (rows "
@@ -219,10 +222,15 @@ def check_deliveries(soak: Soak, outbox: list[Row], found: Findings) -> None:
                     f"only {allowed} time(s)"
                 )
     # Tool activity: what arrived is explained by activity rows sent, or caught in flight by a kill.
-    activity: defaultdict[int, int] = defaultdict(int)
+    activity: defaultdict[str, int] = defaultdict(int)
     for row in outbox:
         if row.kind == "activity":
-            activity[row.chat_id] += (row.state == "sent") + soak.caught[row.id]
+            if soak.side.doubles_allowed:
+                activity[row.chat_id] += (row.state == "sent") + soak.caught[row.id]
+            else:
+                # Idempotent sends: a row arrives at most once, whether marked sent or caught on its
+                # way by a kill and then given up (activity is not resent after a restart).
+                activity[row.chat_id] += row.state == "sent" or soak.caught[row.id] > 0
     for (chat_id, text), got in received.items():
         if text.startswith(ACTIVITY_MARK):
             activity[chat_id] -= got

@@ -13,15 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devkit.processes import bridge_command, bridge_env, telegram_run_config
+from devkit.processes import bridge_command, bridge_env
 from tests.soak.model import LONG, PLAN_WEIGHTS, VOICE_MAGIC, SoakModel
-from tests.soak.slow_telegram import SlowTelegram
+from tests.soak.side import CHATS, Chat, Side
 
-OWNER = 42
-FRIEND = 43  # in allowed_users: a DM session of their own
-STRANGER = 44  # in no list: may talk only in the allowed groups
-GROUP_1 = -100101
-GROUP_2 = -100102
 GRACE_S = 3.0
 # `bridge run` must exit within shutdown_grace_s + 5 s of a SIGTERM; the rest is slack for a busy CI box.
 SIGTERM_LIMIT_S = GRACE_S + 5 + 2
@@ -44,25 +39,6 @@ PHOTO = b"\xff\xd8\xff\xe0" + b"\x00" * 256
 # (any), while a reply or notice row is `sending` (so its chunk may arrive twice), or at any moment.
 # "media": while a voice note is being transcribed (its download done, its words not yet stored).
 KILL_KINDS = {"startup": 20, "model": 25, "send": 20, "reply": 20, "random": 15, "media": 10}
-
-
-@dataclass(frozen=True, slots=True)
-class Chat:
-    label: str
-    chat_id: int
-    senders: tuple[int, ...]
-
-    @property
-    def group(self) -> bool:
-        return self.chat_id < 0
-
-
-CHATS = (
-    Chat("owner", OWNER, (OWNER,)),
-    Chat("friend", FRIEND, (FRIEND,)),
-    Chat("g1", GROUP_1, (OWNER, FRIEND, STRANGER)),
-    Chat("g2", GROUP_2, (FRIEND, STRANGER)),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +70,11 @@ class Kill:
 
 @dataclass
 class Soak:
-    """Runs the soak against `tg` and `model`; read the record from handed, kills and caught."""
+    """Runs the soak against the platform `side` and `model`; read the record from handed, kills and
+    caught."""
 
     tmp_path: Path
-    tg: SlowTelegram
+    side: Side
     model: SoakModel
     llm_url: str
     size: SoakSize
@@ -109,8 +86,8 @@ class Soak:
     kills: list[Kill] = field(default_factory=list)
     # Outbox row id → how often a kill (or a SIGTERM) left it `sending`: each may be delivered once more.
     caught: Counter[int] = field(default_factory=Counter)
-    # Chat id → (Telegram message id, text) of every message the fake handed to the bot, in order.
-    handed: defaultdict[int, list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
+    # Chat id → (platform message id, text) of every message handed to the bot, in order.
+    handed: defaultdict[int, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
     order: list[str] = field(default_factory=list)  # every text, in the order it was pushed
     # The texts sent as voice notes (the words are the transcript) and as photo captions.
     voiced: set[str] = field(default_factory=set)
@@ -120,18 +97,13 @@ class Soak:
 
     def __post_init__(self) -> None:
         extra = (
-            f'allowed_users = ["{FRIEND}"]\n'
-            f'allowed_chats = ["{GROUP_1}", "{GROUP_2}"]\n'
-            "require_mention = false\n"
             # Messages that pile up while the bot is down come in as one batch at the restart; the soak
             # is about kills, not about the max_queued refusal, which has tests of its own.
             f"[runs]\nmax_queued = 1000\nshutdown_grace_s = {GRACE_S}\n"
             # Voice notes are transcribed by the fake model's server (SoakModel.transcribe).
             f'[stt]\nbase_url = "{self.llm_url}"\n'
         )
-        self.config = telegram_run_config(
-            self.tmp_path, OWNER, self.tg.token, self.tg.api_base, self.llm_url, extra
-        )
+        self.config = self.side.config(self.tmp_path, self.llm_url, extra)
         self.db = self.tmp_path / "bridge.db"
         self.logs = self.tmp_path / "logs"
         self.logs.mkdir(exist_ok=True)
@@ -139,7 +111,9 @@ class Soak:
     # -- the whole run -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        kinds = self.rng.choices(list(KILL_KINDS), weights=list(KILL_KINDS.values()), k=self.size.kills)
+        # Without media (the side sends text only) no kill can aim at a transcription.
+        aims = KILL_KINDS if self.side.media else {k: w for k, w in KILL_KINDS.items() if k != "media"}
+        kinds = self.rng.choices(list(aims), weights=list(aims.values()), k=self.size.kills)
         # A start-up kill comes right after the restart that follows the kill before it (the first
         # ones right after the first start); every other kill is placed at a random turn.
         leading: list[str] = []
@@ -195,7 +169,10 @@ class Soak:
             text = f"m{n:04d}-{chat.label}-{plan}" + (f"-{LONG}" if self.rng.random() < 0.08 else "")
             # Some messages come as a voice note (its words are the text) or a photo with the text
             # as caption: a kill may land while the run downloads or transcribes them.
-            media = media or self.rng.choices(["text", "voice", "photo"], weights=[80, 10, 10])[0]
+            if self.side.media:
+                media = media or self.rng.choices(["text", "voice", "photo"], weights=[80, 10, 10])[0]
+            else:
+                media = "text"
             kw: dict[str, Any] = {}
             if media == "voice":
                 kw["voice"] = VOICE_MAGIC + text.encode()
@@ -204,12 +181,8 @@ class Soak:
                 kw = {"photo": PHOTO, "caption": text}
                 self.photos += 1
             words = None if media != "text" else text
-            if chat.group:
-                sender = self.rng.choice(chat.senders)
-                sent = self.tg.group(chat.chat_id, sender, words, chat_title=f"soak {chat.label}", **kw)
-            else:
-                sent = self.tg.dm(chat.chat_id, words, **kw)
-            self.handed[chat.chat_id].append((sent["message_id"], text))
+            sender = self.rng.choice(chat.senders) if chat.group else chat.chat_id
+            self.handed[chat.chat_id].append((self.side.push(chat, sender, words, **kw), text))
             self.order.append(text)
         return chat
 
@@ -254,7 +227,7 @@ class Soak:
             await self.until(lambda: self.model.open > 0, IN_FLIGHT_WITHIN_S, None)
             await asyncio.sleep(self.rng.uniform(0, 0.05))
         elif planned == "send":
-            await self.until(lambda: self.tg.in_flight["sendmessage"] > 0, IN_FLIGHT_WITHIN_S, None)
+            await self.until(lambda: self.side.sends_in_flight() > 0, IN_FLIGHT_WITHIN_S, None)
         elif planned == "reply":
             await self.until(self.reply_sending, IN_FLIGHT_WITHIN_S, None)
         elif planned == "random":
@@ -267,7 +240,7 @@ class Soak:
         process = self.alive()
         age = asyncio.get_running_loop().time() - self.spawned_at
         model_open = self.model.open > 0
-        in_flight = self.tg.in_flight["sendmessage"] > 0
+        in_flight = self.side.sends_in_flight() > 0
         transcribing = self.model.transcribing > 0
         process.kill()
         await asyncio.wait_for(process.wait(), SPAWN_EXIT_S)
@@ -352,7 +325,7 @@ class Soak:
         stored = self.query(
             "SELECT MAX(id), session_id, COUNT(*) FROM messages WHERE kind = 'user' "
             "AND platform_msg_id LIKE ?",
-            f"telegram:{chat.chat_id}:%",
+            f"{self.side.surface}:{self.side.chat_key(chat.chat_id)}:%",
         )
         if not stored or stored[0][2] < len(handed):
             return False
@@ -366,10 +339,10 @@ class Soak:
 
     def busy(self) -> str | None:
         """What is still going on, or None when all is quiet."""
-        if self.model.open or any(self.tg.in_flight.values()):
+        if self.model.open or self.side.requests_in_flight():
             return "a model request or a send is in flight"
-        if self.tg.pending_updates:
-            return f"{len(self.tg.pending_updates)} update(s) not confirmed to Telegram"
+        if self.side.unconfirmed():
+            return f"{len(self.side.unconfirmed())} message(s) not confirmed to {self.side.surface}"
         rows = self.query("SELECT id, kind, state, chat_id FROM outbox WHERE state IN ('pending', 'sending')")
         if rows:
             return f"outbox rows still open: {rows[:5]}"

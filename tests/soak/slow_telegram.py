@@ -6,9 +6,13 @@ import asyncio
 import inspect
 import random
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from devkit.fakes.telegram_api import FakeTelegram
+from devkit.processes import telegram_run_config
+from tests.soak.side import FRIEND, GROUP_1, GROUP_2, OWNER, Chat
 
 SLOWED = ("sendmessage", "editmessagetext")
 
@@ -49,3 +53,43 @@ class SlowTelegram(FakeTelegram):
                 self.in_flight[method] -= 1
 
         return slowed
+
+
+@dataclass
+class TelegramSide:
+    """The soak's seam (tests.soak.side.Side) on the fake Bot API: chats are Telegram's own ids."""
+
+    tg: SlowTelegram
+    surface: str = "telegram"
+    doubles_allowed: bool = True  # sendMessage has no idempotency key
+    media: bool = True
+
+    def config(self, tmp_path: Path, llm_url: str, extra: str) -> Path:
+        access = (
+            f'allowed_users = ["{FRIEND}"]\n'
+            f'allowed_chats = ["{GROUP_1}", "{GROUP_2}"]\n'
+            "require_mention = false\n"
+        )
+        return telegram_run_config(tmp_path, OWNER, self.tg.token, self.tg.api_base, llm_url, access + extra)
+
+    def chat_key(self, chat_id: int) -> str:
+        return str(chat_id)
+
+    def push(self, chat: Chat, sender: int, words: str | None, **media: Any) -> str:
+        if chat.group:
+            sent = self.tg.group(chat.chat_id, sender, words, chat_title=f"soak {chat.label}", **media)
+        else:
+            sent = self.tg.dm(chat.chat_id, words, **media)
+        return str(sent["message_id"])
+
+    def sends_in_flight(self) -> int:
+        return self.tg.in_flight["sendmessage"]
+
+    def requests_in_flight(self) -> int:
+        return sum(self.tg.in_flight.values())
+
+    def unconfirmed(self) -> list[str]:
+        return [str(u["update_id"]) for u in self.tg.pending_updates]
+
+    def received(self) -> list[tuple[str, str]]:
+        return [(str(m["chat_id"]), str(m["text"])) for m in self.tg.messages()]

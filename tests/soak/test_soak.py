@@ -17,7 +17,7 @@ from tests.invariants import assert_intact
 from tests.soak.checker import check
 from tests.soak.harness import Soak, SoakSize
 from tests.soak.model import SoakModel
-from tests.soak.slow_telegram import SlowTelegram
+from tests.soak.slow_telegram import SlowTelegram, TelegramSide
 
 pytestmark = pytest.mark.soak
 
@@ -47,7 +47,7 @@ async def test_random_kills_lose_nothing_and_every_message_is_answered_or_told(
     started = time.monotonic()
     async with SlowTelegram(random.Random(rng.getrandbits(64))) as tg, FakeOpenAI(model) as llm:
         llm.transcribe = model.transcribe
-        soak = Soak(tmp_path, tg, model, llm.base_url, soak_size, rng)
+        soak = Soak(tmp_path, TelegramSide(tg), model, llm.base_url, soak_size, rng)
         deadline = asyncio.timeout(budget_s(soak_size))
         try:
             async with deadline:
