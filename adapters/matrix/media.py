@@ -13,12 +13,11 @@ import aiohttp
 
 from bridge.errors import MediaError
 from bridge.events import Attachment, OutFile, megabytes
-from bridge.media.bounded import CHUNK_BYTES, download_verdict, read_at_most
-from bridge.retry import Backoff, RetryableError, Sleep, with_retries
+from bridge.media.bounded import CHUNK_BYTES, download_retried, read_at_most
+from bridge.retry import RetryableError, Sleep
 
 log = logging.getLogger(__name__)
 
-DOWNLOAD_BACKOFF = Backoff(attempts=3, base=0.5, cap=4.0)
 # Since Matrix 1.11 media is fetched with the access token (MSC3916); older servers only have the
 # unauthenticated path, tried where the new one is unknown.
 _AUTHENTICATED = "/_matrix/client/v1/media/download"
@@ -48,20 +47,12 @@ async def download(
     if attachment.size is not None and attachment.size > max_bytes:
         raise MediaError(f"too large: {megabytes(attachment.size)}")
     path = media_path(attachment.ref)
-    try:
-        return await with_retries(
-            lambda: _fetch(session, homeserver, token, path, max_bytes),
-            what="Matrix: media download",
-            log=log,
-            classify=download_verdict,
-            backoff=DOWNLOAD_BACKOFF,
-            level=logging.INFO,
-            sleep=sleep,
-        )
-    except RetryableError as exc:
-        raise MediaError(f"the download failed ({exc})") from exc
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise MediaError(f"the download failed ({type(exc).__name__})") from exc
+    return await download_retried(
+        lambda: _fetch(session, homeserver, token, path, max_bytes),
+        what="Matrix: media download",
+        log=log,
+        sleep=sleep,
+    )
 
 
 async def _fetch(

@@ -11,12 +11,10 @@ import aiohttp
 
 from bridge.errors import MediaError
 from bridge.events import Attachment, OutFile, megabytes
-from bridge.media.bounded import CHUNK_BYTES, download_verdict, read_at_most
-from bridge.retry import Backoff, RetryableError, Sleep, parse_retry_after, with_retries
+from bridge.media.bounded import CHUNK_BYTES, download_retried, read_at_most
+from bridge.retry import RetryableError, Sleep, parse_retry_after
 
 log = logging.getLogger(__name__)
-
-DOWNLOAD_BACKOFF = Backoff(attempts=3, base=0.5, cap=4.0)
 
 
 async def download(
@@ -32,20 +30,12 @@ async def download(
     event or the Content-Length said (bridge.media.bounded)."""
     if attachment.size is not None and attachment.size > max_bytes:
         raise MediaError(f"too large: {megabytes(attachment.size)}")
-    try:
-        return await with_retries(
-            lambda: _stream(session, token, attachment.ref, max_bytes),
-            what="Slack: download",
-            log=log,
-            classify=download_verdict,
-            backoff=DOWNLOAD_BACKOFF,
-            level=logging.INFO,
-            sleep=sleep,
-        )
-    except RetryableError as exc:
-        raise MediaError(f"the download failed ({exc})") from exc
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise MediaError(f"the download failed ({type(exc).__name__})") from exc
+    return await download_retried(
+        lambda: _stream(session, token, attachment.ref, max_bytes),
+        what="Slack: download",
+        log=log,
+        sleep=sleep,
+    )
 
 
 async def _stream(session: aiohttp.ClientSession, token: str, url: str, max_bytes: int) -> bytes:

@@ -3,13 +3,15 @@ the server announced, so a file that claims 1 KB and streams 300 MB costs one ch
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+import asyncio
+import logging
+from collections.abc import AsyncIterable, Awaitable, Callable
 
 import aiohttp
 
 from bridge.errors import MediaError
 from bridge.events import megabytes
-from bridge.retry import GIVE_UP, RETRY, RetryableError, Verdict, retry_after
+from bridge.retry import GIVE_UP, RETRY, Backoff, RetryableError, Sleep, Verdict, retry_after, with_retries
 
 # The size adapters ask their HTTP client for: small enough that stopping after the limit wastes
 # little, large enough that reading costs few iterations.
@@ -22,6 +24,31 @@ def download_verdict(exc: BaseException) -> Verdict:
     if isinstance(exc, RetryableError):
         return retry_after(exc.retry_after)
     return RETRY if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError) else GIVE_UP
+
+
+# A download's tries: a few, quickly; the user waits on the run that reads it.
+DOWNLOAD_BACKOFF = Backoff(attempts=3, base=0.5, cap=4.0)
+
+
+async def download_retried(
+    fetch: Callable[[], Awaitable[bytes]], *, what: str, log: logging.Logger, sleep: Sleep = asyncio.sleep
+) -> bytes:
+    """`fetch` (one bounded download) retried on a passing failure (download_verdict), and
+    MediaError saying why when it still fails."""
+    try:
+        return await with_retries(
+            fetch,
+            what=what,
+            log=log,
+            classify=download_verdict,
+            backoff=DOWNLOAD_BACKOFF,
+            level=logging.INFO,
+            sleep=sleep,
+        )
+    except RetryableError as exc:
+        raise MediaError(f"the download failed ({exc})") from exc
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise MediaError(f"the download failed ({type(exc).__name__})") from exc
 
 
 def too_large(max_bytes: int) -> MediaError:
