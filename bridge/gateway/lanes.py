@@ -21,8 +21,9 @@ class SharedLanes(Protocol):
     """The lanes of chats that several workers share (bridge.gateway.sharing.WorkShare): a chat's runs
     go where its lease is held. What the dispatcher and agent-to-agent turns ask of them."""
 
-    def kick(self) -> None:
-        """A message was stored in the shared intake: claim now rather than at the next poll."""
+    def kick(self, session_id: str) -> None:
+        """A message was stored in the shared intake for the session: claim it now rather than once
+        the database's notification comes."""
 
     async def run_leased(self, key: str, job: Job) -> asyncio.Future[None] | None:
         """Run `job` in the chat's lane under its lease (/retry); None if another run holds the chat."""

@@ -21,9 +21,13 @@ from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
 
-# A worker claims waiting chats when told a message came in, and at least this often regardless (a
-# notification lost to a reconnect, a chat whose lease another worker has just let go).
+# A worker with free run slots claims the chats a notification names when told a message came in, and
+# looks over the whole queue at least this often regardless (a notification lost to a reconnect, chats
+# another worker skipped while it held their rows).
 PULL_EVERY_S = 1.0
+# Past this many chats named and not yet tried (while every run slot was taken), the next claim looks
+# over the whole queue instead, oldest first.
+MAX_NAMED = 200
 # How often a turn that must wait for a chat's lease tries again.
 LEASE_WAIT_S = 0.1
 # How long an idle worker tries to open its lease connection again (a database restart) before it stops.
@@ -39,8 +43,11 @@ class WorkShare:
     """This worker's part in sharing the runs of one database with the others.
 
     - **The intake queue.** Every chat message is stored with a row in `intake` (whichever worker
-      received it); a trigger notifies all workers. A worker with free run slots claims the chats
-      whose messages waited longest (claim_sessions: FOR UPDATE SKIP LOCKED, then the lease).
+      received it); a trigger notifies all workers with the chat's session id. A worker with free run
+      slots tries the chats named (claim_sessions: one statement, FOR NO KEY UPDATE SKIP LOCKED, then
+      the leases), and the whole queue, oldest first, at start, when another worker left chats over,
+      and at least every PULL_EVERY_S. After a run it claims nothing unless a notification came that
+      it could not act on then (its slots were full, or it held the chat).
     - **Leases.** A chat's turns run only in the worker holding its lease, an advisory lock on the
       worker's lease connection, so at most one run per chat runs at a time across all workers, in
       arrival order. The holder answers what comes in meanwhile before it lets go. A dead worker's
@@ -78,6 +85,19 @@ class WorkShare:
         self.followup = followup
         self._on_lost = on_lost
         self._serving: set[str] = set()
+        # The claims to make: chats named by notifications (session ids), and whether the whole
+        # queue is to be looked over (at start, chats left over by another worker's claim).
+        self._named: set[str] = set()
+        self._whole_queue = True
+        self._looked_over = 0.0
+        # The session ids of the chats this worker claimed and runs (their keys), and those of them
+        # that a notification named meanwhile: once let go, they are claimed again, since a message may
+        # have come after the run's last look at its queue.
+        self._serving_ids: dict[str, str] = {}
+        self._named_while_serving: set[str] = set()
+        # The chats the claim in flight tries: named again meanwhile (this worker's own kick and the
+        # database's notification of one message), they are not tried twice.
+        self._claiming: frozenset[str] = frozenset()
         self._wake = asyncio.Event()
         self._reconnecting = asyncio.Lock()
         # One take-over at a time (the sweep's, a run's): once a run holds it, rows the sweep took
@@ -100,9 +120,9 @@ class WorkShare:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def kick(self) -> None:
-        """A message was stored here: claim now rather than at the next poll."""
-        self._wake.set()
+    def kick(self, session_id: str) -> None:
+        """A message was stored here: claim its chat now rather than once the notification comes."""
+        self._name(session_id)
 
     def serving(self) -> frozenset[str]:
         return frozenset(self._serving)
@@ -120,6 +140,9 @@ class WorkShare:
                 await self._send_left_first(key)
                 await job()
             finally:
+                # Its session id is not known here, so a message named meanwhile could not be told
+                # apart: the whole queue is looked over once it is let go (a rare path: /retry).
+                self._whole_queue = True
                 await self._release(key)
 
         return self.lanes.schedule(key, leased, merge=False)
@@ -165,15 +188,30 @@ class WorkShare:
             return False
 
     async def _claim_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), PULL_EVERY_S)
             self._wake.clear()
+            if loop.time() - self._looked_over >= PULL_EVERY_S:
+                self._whole_queue = True
             free = self.max_runs - len(self._serving)
-            if self.dispatcher.closing or free <= 0:
+            if self.dispatcher.closing or free <= 0 or not (self._whole_queue or self._named):
+                # Full: what was named waits in _named, tried once a run lets its chat go.
                 continue
+            named: set[str] | None = None
+            if self._whole_queue or len(self._named) > MAX_NAMED:
+                self._whole_queue, self._looked_over = False, loop.time()
+                self._named.clear()
+            else:
+                named, self._named = self._named, set()
+                self._claiming = frozenset(named)
             work = functools.partial(
-                claim_sessions, limit=free, skip=set(self._serving), surfaces=self.delivery.surfaces()
+                claim_sessions,
+                limit=free,
+                skip=set(self._serving),
+                surfaces=self.delivery.surfaces(),
+                named=named,
             )
             try:
                 claimed = await self.leases.run(work)
@@ -181,10 +219,27 @@ class WorkShare:
                 raise
             except StoreError as exc:
                 log.warning("cannot claim waiting chats: %s", exc)
+                self._whole_queue = True
                 continue
+            finally:
+                self._claiming = frozenset()
+            if len(claimed) == free:
+                # Every slot taken: what was not tried is tried when one frees up.
+                if named is None:
+                    self._whole_queue = True
+                else:
+                    self._named |= named - {found.session.id for found in claimed}
             for found in claimed:
                 self._serving.add(found.session.key)
+                self._serving_ids[found.session.id] = found.session.key
                 self.lanes.schedule(found.session.key, functools.partial(self._serve, found), merge=False)
+
+    def _name(self, session_id: str) -> None:
+        if session_id in self._serving_ids:
+            self._named_while_serving.add(session_id)
+        elif session_id not in self._claiming:
+            self._named.add(session_id)
+            self._wake.set()
 
     async def _listen_loop(self) -> None:
         while True:
@@ -195,7 +250,11 @@ class WorkShare:
                 elif channel == SESSION_CHANNEL:
                     # /send, /model or /clear, maybe in another worker: read the chat's row afresh.
                     self.store.forget_session(payload)
+                elif payload:
+                    self._name(payload)
                 else:
+                    # Chats left over by another worker's claim (or a worker of an older version).
+                    self._whole_queue = True
                     self._wake.set()
 
     async def stop_elsewhere(self, key: str) -> bool:
@@ -291,15 +350,21 @@ class WorkShare:
                 route = dataclasses.replace(route, reply_to=reply_to)
                 upto = waiting[0] if self.followup else None
                 await self.dispatcher.run_turn(key, route, route.surface, upto=upto)
-                after = await self.store.next_waiting(session.id)
+                after = await self._next_waiting(session.id)
                 if after is not None and after[0] <= waiting[0]:
                     # The run ended before it took the message up (it failed, and said so): not
                     # again and again; /retry answers it.
                     await self.store.drop_waiting(session.id, after[0])
-                    after = await self.store.next_waiting(session.id)
+                    after = await self._next_waiting(session.id)
                 waiting = after
         finally:
             await self._release(key)
+
+    async def _next_waiting(self, session_id: str) -> tuple[int, str | None] | None:
+        # This look sees every message whose notification has come by now: only those named later
+        # call for a claim once the chat is let go (see _release).
+        self._named_while_serving.discard(session_id)
+        return await self.store.next_waiting(session_id)
 
     async def _release(self, key: str) -> None:
         try:
@@ -310,5 +375,14 @@ class WorkShare:
         finally:
             # After the unlock: a claim meanwhile must not take the chat again while it is held.
             self._serving.discard(key)
-        # A message that came in just before the lease was let go was left to this worker: look again.
-        self._wake.set()
+        ids = [id_ for id_, held in self._serving_ids.items() if held == key]
+        for id_ in ids:
+            del self._serving_ids[id_]
+            if id_ in self._named_while_serving:
+                # A message that came in after the run's last look at its queue, before the lease was
+                # let go: left to this worker, which claims the chat again.
+                self._named_while_serving.discard(id_)
+                self._named.add(id_)
+        if self._named or self._whole_queue:
+            # A slot is free, and there is work this worker knows of.
+            self._wake.set()

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable
 
 from bridge.store.base import OPEN_STATES, OutboxItem, OutboxRow, SessionRow
 from bridge.store.engine import Conn, Database, of_workers
-from bridge.store.pg_leases import INTAKE_CHANNEL, lock_sql
+from bridge.store.pg_leases import INTAKE_CHANNEL
 from bridge.store.sessions import SESSION_COLS
 
 _OUTBOX_FIELDS = tuple(f.name for f in dataclasses.fields(OutboxItem))
@@ -34,39 +34,53 @@ class Claimed:
     platform_msg_id: str | None
 
 
-def claim_sessions(conn: Conn, limit: int, skip: Collection[str], surfaces: Collection[str]) -> list[Claimed]:
+def claim_sessions(
+    conn: Conn,
+    limit: int,
+    skip: Collection[str],
+    surfaces: Collection[str],
+    named: Collection[str] | None = None,
+) -> list[Claimed]:
     """Claim up to `limit` chats with messages waiting, oldest message first, on the lease connection.
 
-    The chats' rows are locked FOR UPDATE SKIP LOCKED while their leases are tried, so two workers
-    claiming at once split the queue instead of both trying the same chats; the lease (a session-level
-    advisory lock, kept after the transaction) is what keeps the chat this worker's until it lets go.
+    One statement: the chats with the oldest waiting messages (through the intake index on session
+    and message), or only the chats `named` (by session id: those a notification named), their rows
+    locked FOR NO KEY UPDATE SKIP LOCKED so two workers claiming at once split them rather than try the
+    same ones; then each chat's lease tried in that order until `limit` are taken. The lease (a
+    session-level advisory lock, kept after the statement) keeps the chat this worker's until it lets
+    go. NO KEY: a run start's insert, which checks its foreign key to the session row, is not held up.
     Chats in `skip` (this worker runs them already) and on surfaces it cannot send on are left.
     """
-    if limit <= 0 or not surfaces:
+    if limit <= 0 or not surfaces or (named is not None and not named):
         return []
     cols = ", ".join("s." + c.strip() for c in SESSION_COLS.split(","))
     marks = ", ".join("?" * len(surfaces))
+    only = "WHERE session_id = ANY(?) " if named is not None else ""
+    # The leases are tried in the outer query, above the materialized candidates and below LIMIT: the
+    # executor pulls candidates one at a time, so no lease is taken past the limit.
     rows = conn.execute(
-        f"SELECT {cols}, i.message_id, m.platform_msg_id FROM (SELECT session_id, MIN(message_id) "
-        "AS message_id FROM intake GROUP BY session_id ORDER BY 2 LIMIT ?) i "
-        "JOIN sessions s ON s.id = i.session_id JOIN messages m ON m.id = i.message_id "
-        f"WHERE s.ended_at IS NULL AND s.surface IN ({marks}) ORDER BY i.message_id "
-        "FOR UPDATE OF s SKIP LOCKED",
-        (CLAIM_WINDOW, *surfaces),
+        f"WITH waiting AS (SELECT session_id, MIN(message_id) AS message_id FROM intake {only}"
+        "GROUP BY session_id ORDER BY 2 LIMIT ?), "
+        f"candidates AS MATERIALIZED (SELECT {cols}, w.message_id AS waiting_id, m.platform_msg_id "
+        "FROM waiting w JOIN sessions s ON s.id = w.session_id JOIN messages m ON m.id = w.message_id "
+        f"WHERE s.ended_at IS NULL AND s.surface IN ({marks}) AND s.key <> ALL(?) "
+        "ORDER BY w.message_id FOR NO KEY UPDATE OF s SKIP LOCKED) "
+        "SELECT c.*, (SELECT COUNT(*) FROM candidates) FROM candidates c "
+        "WHERE pg_try_advisory_lock(hashtextextended(? || c.key, 0)) LIMIT ?",
+        (
+            *([list(named)] if named is not None else []),
+            CLAIM_WINDOW,
+            *surfaces,
+            list(skip),
+            session_lease(""),
+            limit,
+        ),
     ).fetchall()
-    claimed: list[Claimed] = []
-    for index, row in enumerate(rows):
-        session = SessionRow(*row[:-2])
-        if session.key in skip:
-            continue
-        if conn.execute(*lock_sql(session_lease(session.key))).fetchone()[0]:
-            claimed.append(Claimed(session, row[-2], row[-1]))
-            if len(claimed) == limit:
-                if index + 1 < len(rows):
-                    # Chats left over, locked by this claim until it commits: another worker that
-                    # skipped them meanwhile is told to look again (delivered at commit).
-                    conn.execute(f"SELECT pg_notify('{INTAKE_CHANNEL}', '')")
-                break
+    claimed = [Claimed(SessionRow(*row[:-3]), row[-3], row[-2]) for row in rows]
+    if len(claimed) == limit and rows[-1][-1] > limit:
+        # Chats left over, which another worker claiming meanwhile skipped while this statement held
+        # their rows: it is told to look again.
+        conn.execute(f"SELECT pg_notify('{INTAKE_CHANNEL}', '')")
     return claimed
 
 

@@ -410,6 +410,9 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN agent TEXT;
     """,
+    # 20: PostgreSQL's intake notification names the chat (pg_migrations); one process answers on
+    # SQLite, so nothing changes here: the versions stay in step.
+    "",
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -347,4 +347,17 @@ PG_MIGRATIONS: tuple[str, ...] = (
               OR OLD.ended_at IS DISTINCT FROM NEW.ended_at)
         EXECUTE FUNCTION bridge_session_notify();
     """,
+    # 20: each message queued notifies with its chat's session id, so a worker tries only the chats a
+    # notification names rather than the whole queue (bridge.gateway.sharing). Notifications of one
+    # transaction with the same payload are delivered once.
+    """
+    CREATE OR REPLACE FUNCTION bridge_intake_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('bridge_intake', NEW.session_id);
+        RETURN NULL;
+    END $$;
+    DROP TRIGGER intake_notify ON intake;
+    CREATE TRIGGER intake_notify AFTER INSERT ON intake
+        FOR EACH ROW EXECUTE FUNCTION bridge_intake_notify();
+    """,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,14 @@ from bridge.app import Bridge
 from bridge.events import Inbound
 from bridge.gateway import sharing
 from bridge.store.base import OutboxItem
-from bridge.store.intake import session_lease
+from bridge.store.intake import claim_sessions, session_lease
 from bridge.store.pg_leases import PgLeases
 from bridge.store.postgres import PostgresStore
 from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import OWNER, RecordingSender, make_settings
 from tests.pg import PostgresServer
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -236,4 +238,52 @@ async def test_a_dead_workers_reply_goes_out_before_the_answer_to_the_next_messa
             # Polled with a deadline: the recording sender has no event to wait on.
             await asyncio.wait_for(answered(), 20)
             assert sender.of("reply") == ["answer to: m9", "answer to: m10"]
+            await drained(bridge)
+
+
+async def test_a_worker_claims_only_the_chat_a_message_came_in_and_nothing_after_its_turn(
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a notification names its chat, so a claim tries that chat alone (not the whole
+    queue), and a turn that ends with nothing waiting is followed by no claim at all; the look over
+    the whole queue is held off here so that only these can claim."""
+    claims: list[frozenset[str] | None] = []
+
+    def recorded(conn: Any, limit: int, skip: Any, surfaces: Any, named: Any = None) -> Any:
+        claims.append(None if named is None else frozenset(named))
+        return claim_sessions(conn, limit, skip, surfaces, named)
+
+    monkeypatch.setattr(sharing, "claim_sessions", recorded)
+    async with FakeOpenAI(answer_to) as llm:
+        settings = make_settings(tmp_path, llm.base_url, storage={"url": postgres.database()})
+        async with Bridge(settings, standby=asyncio.Event()) as bridge:
+            sender = RecordingSender()
+            bridge.add_sender(sender)
+            share = bridge.share
+            assert share is not None
+            await bridge.recover()  # starts claiming
+            # Its first look over the whole queue, then none for an hour.
+            await eventually(lambda: None in claims, "the first look over the queue")
+            monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
+            claims.clear()
+            ids: list[str] = []
+
+            def replied(text: str) -> bool:
+                return text in sender.of("reply")
+
+            for n, user in enumerate(("41", "42"), start=1):
+                inbound = Inbound(
+                    surface="test",
+                    chat_type="dm",
+                    chat_id=user,
+                    sender_id=OWNER,
+                    text=f"m{n}",
+                    message_id=str(n),
+                )
+                ids.append((await bridge.sessions.active(inbound)).id)
+                await bridge.handle(inbound)
+                await eventually(functools.partial(replied, f"answer to: m{n}"), f"the answer to m{n}")
+                await eventually(lambda: not share.serving(), "the chat let go")
+            # One claim per message, of its chat alone: none after either turn, none of the queue.
+            assert claims == [frozenset({ids[0]}), frozenset({ids[1]})]
             await drained(bridge)

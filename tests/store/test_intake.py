@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge.store.base import OutboxItem, SessionMeta
-from bridge.store.intake import claim_sessions, session_lease, worker_lease
+from bridge.store.base import OutboxItem, SessionMeta, SessionRow
+from bridge.store.engine import Conn
+from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
 from bridge.store.pg_leases import PgLeases
 from bridge.store.postgres import PostgresStore
 from bridge.store.tables import DatabaseStore
@@ -151,3 +153,66 @@ async def test_a_workers_own_lock_is_free_the_moment_its_connection_ends(
     assert not await second.is_free(worker_lease("first"))
     await first.close()  # as a kill -9 ends it: the server drops the connection's locks
     assert await second.is_free(worker_lease("first"))
+
+
+async def waiting_chats(store: PostgresStore, count: int) -> list[SessionRow]:
+    chats = [
+        await store.ensure_active_session(f"telegram:dm:{n}", SessionMeta(surface="telegram"))
+        for n in range(count)
+    ]
+    for chat in chats:
+        await store.add_user_message(chat.id, "hello")
+    return chats
+
+
+async def test_a_claim_takes_no_lease_past_its_limit(
+    leases: tuple[PostgresStore, PgLeases, PgLeases],
+) -> None:
+    store, first, second = leases
+    chats = await waiting_chats(store, 5)
+    claimed = await first.run(functools.partial(claim_sessions, limit=2, skip=(), surfaces=["telegram"]))
+    # The oldest two, and only their leases: the leases are tried one candidate at a time, below the limit.
+    assert [c.session.key for c in claimed] == [chats[0].key, chats[1].key]
+    assert not await second.is_free(session_lease(chats[1].key))
+    for chat in chats[2:]:
+        assert await second.is_free(session_lease(chat.key))
+
+
+async def test_a_named_claim_tries_only_the_chats_a_notification_named(
+    leases: tuple[PostgresStore, PgLeases, PgLeases],
+) -> None:
+    store, first, _ = leases
+    chats = await waiting_chats(store, 3)
+    claim = functools.partial(claim_sessions, limit=5, skip=(), surfaces=["telegram"])
+    assert await first.run(functools.partial(claim, named=[])) == []
+    claimed = await first.run(functools.partial(claim, named=[chats[2].id, "no-such-session"]))
+    assert [c.session.key for c in claimed] == [chats[2].key]
+    # The rest are still there for a claim over the whole queue, oldest first.
+    rest = await first.run(functools.partial(claim, skip={chats[2].key}))
+    assert [c.session.key for c in rest] == [chats[0].key, chats[1].key]
+
+
+async def test_a_claim_holding_chats_rows_does_not_hold_up_a_run_starting_in_one_of_them(
+    leases: tuple[PostgresStore, PgLeases, PgLeases],
+) -> None:
+    """FOR NO KEY UPDATE: a run's insert checks its session row (a key share lock), which FOR UPDATE
+    would make wait until the claim commits."""
+    store, first, _ = leases
+    chats = await waiting_chats(store, 2)
+    holding, done = threading.Event(), threading.Event()
+
+    def claim_then_hold(conn: Conn) -> list[Claimed]:
+        claimed = claim_sessions(conn, 1, (), ["telegram"])
+        holding.set()
+        done.wait(10)  # the transaction stays open, with both chats' rows locked
+        return claimed
+
+    claim = asyncio.create_task(first.run(claim_then_hold))
+    try:
+        assert await asyncio.to_thread(holding.wait, 10)
+        # The second chat's row is locked by the claim, which did not lease it; another worker
+        # starting a run there goes ahead at once.
+        await asyncio.wait_for(begin(store, chats[1].id, "r-elsewhere"), 5)
+    finally:
+        done.set()
+    assert [c.session.key for c in await claim] == [chats[0].key]
