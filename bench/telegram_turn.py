@@ -16,81 +16,44 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import percentile, table, write_results
-from bench.scale import REPLY, started_workers, write_config
+from bench.common import table, write_results
+from bench.scale.loop import ClosedLoop
+from bench.scale.workers import started_workers, write_config
 from devkit.fakes.telegram_api import FakeTelegram
 from devkit.instant_model import instant_model
 
 CHATS, TURNS = 20, 25
 SMOKE_CHATS, SMOKE_TURNS = 3, 2
-FIRST_USER = 7000
 TARGET_CPU_MS = 8.0
-_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of a process so far (Linux)."""
-    # The command name, in parentheses, may hold spaces: the fields are counted after its ")".
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _TICK_S
-
-
-async def closed_loop(tg: FakeTelegram, chats: int, turns: int, latencies: list[float]) -> None:
-    """Every chat asks, waits for its reply, asks again: `turns` times each."""
-    users = range(FIRST_USER, FIRST_USER + chats)
-    left = dict.fromkeys(users, turns)
-    asked: dict[int, float] = {}
-    answered: list[int] = []
-    seen = len(tg.sent)
-
-    def arrived() -> bool:
-        nonlocal seen
-        for message in tg.sent[seen:]:
-            if str(message.get("text", "")).startswith(REPLY):
-                answered.append(message["chat_id"])
-        seen = len(tg.sent)
-        return bool(answered)
-
-    def ask(user: int) -> None:
-        asked[user] = time.perf_counter()
-        tg.dm(user, f"turn {turns - left[user]}")
-
-    for user in users:
-        ask(user)
-    while any(left.values()):
-        await tg.wait_for(arrived, 60)
-        now = time.perf_counter()
-        for user in answered:
-            latencies.append(now - asked[user])
-            left[user] -= 1
-            if left[user]:
-                ask(user)
-        answered.clear()
 
 
 async def measure(tg: FakeTelegram, model_url: str, chats: int, turns: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bridge-telegram-turn-") as tmp:
         folder = Path(tmp)
         config = write_config(folder, tg, model_url, f'path = "{folder / "bridge.db"}"')
-        async with started_workers(folder, config, 1) as [worker]:
-            # A few turns first, so lazy imports, connections and caches are warm.
-            await closed_loop(tg, 2, 2, [])
-            latencies: list[float] = []
-            calls_before = len(tg.calls)
-            cpu_before, started = cpu_seconds(worker.pid), time.perf_counter()
-            await closed_loop(tg, chats, turns, latencies)
-            elapsed, cpu = time.perf_counter() - started, cpu_seconds(worker.pid) - cpu_before
-            calls = len(tg.calls) - calls_before
-    total = chats * turns
+        async with started_workers(folder, config, 1) as worker:
+            loop = ClosedLoop(tg, chats)
+            loop.start()
+            # Every chat's first turn, so lazy imports, connections and caches are warm.
+            await loop.until_answered(chats, 60)
+            calls_before, cpu_before = len(tg.calls), worker.cpu()
+            window = loop.measure()
+            await loop.until_answered(chats + chats * turns, 120)
+            window.ended = time.perf_counter()
+            cpu_after, calls = worker.cpu(), len(tg.calls) - calls_before
+            loop.stop()
+    figures = window.summary()
+    total = figures["turns"]
+    assert cpu_before is not None and cpu_after is not None, "the worker's CPU time cannot be read here"
     return {
         "chats": chats,
         "turns": total,
-        "seconds": round(elapsed, 2),
-        "turns_per_s": round(total / elapsed, 1),
-        "cpu_ms_per_turn": round(cpu * 1000 / total, 2),
+        "seconds": figures["seconds"],
+        "turns_per_s": figures["turns_per_s"],
+        "cpu_ms_per_turn": round((cpu_after - cpu_before) * 1000 / total, 2),
         "bot_api_calls_per_turn": round(calls / total, 2),
-        "turn_p50_ms": round(percentile(latencies, 50) * 1000, 1),
-        "turn_p99_ms": round(percentile(latencies, 99) * 1000, 1),
+        "turn_p50_ms": figures["p50_ms"],
+        "turn_p99_ms": figures["p99_ms"],
     }
 
 

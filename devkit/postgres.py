@@ -108,7 +108,9 @@ def _unprivileged() -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
+def postgres_server(*, settings: str = "") -> Iterator[PostgresServer]:
+    """A server for the block. `settings`: more `-c name=value` options (a benchmark's
+    shared_preload_libraries)."""
     bindir = pg_bindir()
     if bindir is None:
         raise PostgresNotInstalled(NOT_INSTALLED)
@@ -135,7 +137,8 @@ def postgres_server() -> Iterator[PostgresServer]:
     options = (
         f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories='{folder}' "
         # A test server: the workers under test are killed, never the server, so it need not sync.
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "
+        f"{settings}"
     )
     ctl: list[str | Path] = [bindir / "pg_ctl", "-D", data, "-o", options, "-l", folder / "server.log"]
     subprocess.run([*ctl, "-w", "-t", "60", "start"], **run)

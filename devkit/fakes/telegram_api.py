@@ -420,6 +420,9 @@ class FakeTelegram(LoopbackServer):
         self.bot_username = bot_username
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.sent: list[dict[str, Any]] = []
+        # Called with each record as it is added to `sent`: a benchmark's closed loop answers at once
+        # instead of polling the list.
+        self.on_sent: Callable[[dict[str, Any]], None] | None = None
         self.edits: list[dict[str, Any]] = []
         self.chat_actions: list[dict[str, Any]] = []
         self.commands: list[list[dict[str, Any]]] = []
@@ -1284,6 +1287,8 @@ class FakeTelegram(LoopbackServer):
         }
         self.sent.append(record)
         self._current[(record["chat_id"], record["message_id"])] = copy.deepcopy(record)
+        if self.on_sent is not None:
+            self.on_sent(record)
 
     # -- helpers ---------------------------------------------------------------------------
 
