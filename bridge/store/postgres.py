@@ -11,7 +11,10 @@ which would mean a second copy of every table's code. The pool is psycopg_pool's
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from bridge.config.base import mask_url
 from bridge.errors import StoreError
+from bridge.store.batch import Job, Outcome, settle
 from bridge.store.cache import ActiveSessions
 from bridge.store.engine import Conn, Work
 from bridge.store.pg_dialect import PgConn
@@ -43,6 +47,8 @@ MAX_RECONNECTS = 20
 CLAIM_TIMEOUT_S = 2
 # How long `bridge run` waits for the server at start before it says it cannot connect.
 OPEN_TIMEOUT_S = 10.0
+# How many queued writes one transaction may carry (see Writer).
+BATCH_LIMIT = 64
 # Any fixed number: the advisory lock that lets one worker at a time migrate the schema.
 _MIGRATE_LOCK = 0x42_52_49_44_47_45  # "BRIDGE"
 
@@ -73,6 +79,7 @@ class PostgresEngine:
         self._threads: ThreadPoolExecutor | None = None
         # Connections that hold session-level advisory locks (claim): closing one releases its lock.
         self._held: dict[str, psycopg.Connection[Any]] = {}
+        self._writer: Writer | None = None
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -103,8 +110,14 @@ class PostgresEngine:
         except BaseException:
             await self.close()
             raise
+        self._writer = Writer(pool, self.label)
 
     async def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            # What was queued before is written first: the writer stops at the sentinel.
+            writer.stop()
+            await asyncio.to_thread(writer.join)
         held, self._held = self._held, {}
         for conn in held.values():
             await self._on_thread(conn.close)
@@ -114,7 +127,13 @@ class PostgresEngine:
         await self._stop_threads()
 
     async def write(self, work: Work[T], *, slow: bool = False) -> T:
-        return await self._run(work, begin="BEGIN")
+        if slow or self._writer is None:
+            # A sweep over many rows would hold up every write queued behind it: on the pool.
+            return await self._run(work, begin="BEGIN")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._writer.submit(Job(work, "write", future, loop))
+        return await future
 
     async def read(self, work: Work[T], *, snapshot: bool = False, quick: bool = False) -> T:
         # Every read is a round trip to the server anyway: `quick` changes nothing here.
@@ -185,8 +204,7 @@ class PostgresEngine:
         try:
             return await self._on_thread(lambda: _transaction(pool, work, begin))
         except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
-            # The server is gone, refused us or ran out of something: not the caller's fault.
-            raise StoreError(f"{self.label}: {_first_line(exc)}", remedy=_CHECK_SERVER) from exc
+            raise _server_error(self.label, exc) from exc
 
     def _migrate(self, conn: Conn) -> None:
         """Bring the schema to SCHEMA_VERSION under an advisory lock, so workers starting together
@@ -262,6 +280,103 @@ def _transaction(pool: ConnectionPool, work: Work[T], begin: str | None) -> T:
                 raise
         # Jittered, growing waits: two transactions that collided must not collide again in step.
         time.sleep(random.uniform(0, 0.002 * attempt))
+
+
+class Writer(threading.Thread):
+    """The engine's writes, on one thread: those queued while a transaction runs are committed
+    together in the next one, as SQLite's engine does, so a loop pass's writes cost one BEGIN and one
+    COMMIT rather than one of each apiece, and one thread rather than ten contend for the GIL.
+
+    No savepoints (each would be a round trip of its own): when any write of a batch fails, the batch
+    is rolled back and each of its writes run again alone (the tables' writes have no effects outside
+    the database, as the deadlock retry already relies on), so one write's error never fails another.
+    A failure at COMMIT may have committed, so it is every write's error and none is run again.
+    """
+
+    def __init__(self, pool: ConnectionPool, label: str) -> None:
+        # A daemon, so a store nobody closed cannot hold the process open.
+        super().__init__(name="bridge-pg-writer", daemon=True)
+        self._pool = pool
+        self._label = label
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self.start()
+
+    def submit(self, job: Job) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            batch, stopping = [job], False
+            while len(batch) < BATCH_LIMIT:
+                try:
+                    queued = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if queued is None:
+                    stopping = True
+                    break
+                batch.append(queued)
+            settle(self._commit(batch))
+            if stopping:
+                return
+
+    def _commit(self, batch: list[Job]) -> list[Outcome]:
+        if len(batch) > 1:
+            try:
+                with self._pool.connection() as conn:
+                    together = _together(conn, batch)
+            except Exception:  # no connection: each job, run alone, says why
+                together = None
+            if together is not None:
+                return [self._mapped(outcome) for outcome in together]
+        return [self._alone(job) for job in batch]
+
+    def _alone(self, job: Job) -> Outcome:
+        try:
+            return Outcome(job, _transaction(self._pool, job.fn, "BEGIN"))
+        except BaseException as exc:  # handed to the caller, on its loop
+            return self._mapped(Outcome(job, error=exc))
+
+    def _mapped(self, outcome: Outcome) -> Outcome:
+        import psycopg
+
+        exc = outcome.error
+        if isinstance(exc, psycopg.OperationalError | psycopg.errors.QueryCanceled):
+            error = _server_error(self._label, exc)
+            error.__cause__ = exc
+            return Outcome(outcome.job, error=error)
+        return outcome
+
+
+def _together(conn: psycopg.Connection[Any], batch: list[Job]) -> list[Outcome] | None:
+    """`batch` as one transaction on `conn`: each job's outcome, or None when one failed before COMMIT
+    (rolled back: run them again alone)."""
+    wrapped = PgConn(conn)
+    try:
+        conn.execute(b"BEGIN")
+        values = [job.fn(wrapped) for job in batch]
+    except Exception:  # each job, run alone, says what is wrong with it
+        if not conn.closed:
+            # A broken connection fails this too: the pool replaces it.
+            with contextlib.suppress(Exception):
+                conn.execute(b"ROLLBACK")
+        return None
+    try:
+        conn.execute(b"COMMIT")
+    except Exception as exc:  # may have committed: every job's error, none run again
+        return [Outcome(job, error=exc) for job in batch]
+    return [Outcome(job, value) for job, value in zip(batch, values, strict=True)]
+
+
+def _server_error(label: str, exc: BaseException) -> StoreError:
+    # The server is gone, refused us or ran out of something: not the caller's fault.
+    return StoreError(f"{label}: {_first_line(exc)}", remedy=_CHECK_SERVER)
 
 
 def _first_line(exc: BaseException) -> str:

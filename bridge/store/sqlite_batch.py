@@ -3,32 +3,19 @@ one transaction, each in a savepoint of its own, and the results handed back to 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
 
 from bridge.errors import StoreError
+from bridge.store.batch import Job, Outcome, settle
 
 # How many queued writes one transaction may carry. Each is a savepoint; the commit is shared.
 BATCH_LIMIT = 256
 CHECK_PATH = "check the permissions of the folder and the free disk space"
-
-Mode = Literal["raw", "write", "read", "snapshot"]
-
-
-@dataclass(slots=True)
-class Job:
-    fn: Callable[[sqlite3.Connection], Any]
-    mode: Mode
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop = field(repr=False)
-    # Called on the loop once the job has run, whether or not anyone still waits for its future.
-    done: Callable[[], None] | None = None
 
 
 @dataclass(slots=True)
@@ -42,13 +29,6 @@ class Trips:
     # Jobs handed to a thread (reads, and writes that could not run on the loop): the trips that
     # cost a wake-up of another thread and a wait for it.
     thread_jobs: int = 0
-
-
-@dataclass(slots=True)
-class Outcome:
-    job: Job
-    value: Any = None
-    error: BaseException | None = None
 
 
 class DatabaseThread(threading.Thread):
@@ -185,26 +165,3 @@ def rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
-
-
-def settle(outcomes: list[Outcome]) -> None:
-    """Hand results back to their loops: one wake-up per loop for the whole batch."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
-    for outcome in outcomes:
-        by_loop.setdefault(outcome.job.loop, []).append(outcome)
-    for loop, done in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the loop closed while the job ran
-            loop.call_soon_threadsafe(resolve, done)
-
-
-def resolve(outcomes: list[Outcome]) -> None:
-    for outcome in outcomes:
-        if outcome.job.done is not None:
-            outcome.job.done()
-        future = outcome.job.future
-        if future.done():  # the caller was cancelled; the work itself still ran to its end
-            continue
-        if outcome.error is not None:
-            future.set_exception(outcome.error)
-        else:
-            future.set_result(outcome.value)

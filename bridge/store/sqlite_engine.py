@@ -11,18 +11,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from bridge.errors import StoreError
+from bridge.store.batch import Job, Mode, Outcome, resolve
 from bridge.store.engine import Work
 from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from bridge.store.sqlite_batch import (
-    CHECK_PATH,
-    DatabaseThread,
-    Job,
-    Mode,
-    Outcome,
-    Trips,
-    commit,
-    resolve,
-)
+from bridge.store.sqlite_batch import CHECK_PATH, DatabaseThread, Trips, commit
 
 T = TypeVar("T")
 

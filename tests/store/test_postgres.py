@@ -257,3 +257,34 @@ async def test_a_worker_whose_claim_connection_died_takes_the_claim_back(
                 await asyncio.sleep(CLAIM_CHECK_S)
         assert not lost.is_set()
         assert not await standby.engine.claim(WORKER_CLAIM)
+
+
+async def test_writes_queued_together_commit_in_one_transaction_and_one_failing_fails_alone(url: str) -> None:
+    """Issue 34: a loop pass's writes share a transaction, as on SQLite; one whose work raises is
+    rolled back with its batch, whose writes are run again alone, so only its caller sees the error."""
+    store = PostgresStore(url, pool_size=4)
+    await store.open()
+    try:
+        await store.engine.write(lambda conn: conn.execute("CREATE TABLE t (n INTEGER PRIMARY KEY)"))
+
+        def insert(n: int) -> Any:
+            def work(conn: Any) -> Any:
+                conn.execute("INSERT INTO t (n) VALUES (?)", (n,))
+                if n == 33:
+                    raise ValueError("thirty-three")
+                return conn.execute("SELECT txid_current()").fetchone()[0]
+
+            return work
+
+        txids = await asyncio.gather(*(store.engine.write(insert(n)) for n in range(20)))
+        # Fewer transactions than writes: they were queued together.
+        assert len(set(txids)) < 20
+        outcomes = await asyncio.gather(
+            *(store.engine.write(insert(n)) for n in range(20, 40)), return_exceptions=True
+        )
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        assert [str(o) for o in failed] == ["thirty-three"] and isinstance(failed[0], ValueError)
+        rows = await store._rows("SELECT n FROM t ORDER BY n")
+        assert [row[0] for row in rows] == [n for n in range(40) if n != 33]
+    finally:
+        await store.close()
