@@ -92,20 +92,12 @@ class PgLeases:
             await asyncio.to_thread(thread.shutdown, wait=True)
 
     async def run(self, work: Callable[[Conn], T]) -> T:
-        """`work` in one transaction on the lease connection; the locks it takes stay held."""
+        """`work` on the lease connection, each statement committed as it ends (the connection is in
+        autocommit): the locks it takes stay held. No BEGIN and COMMIT around them: every use is one
+        statement (a claim, a lock), or one followed by a notification that is meant to go out once
+        the first has committed, and they were two round trips of each claim and each lease let go."""
         conn = self._live()
-
-        def transaction() -> T:
-            conn.execute(b"BEGIN")
-            try:
-                result = work(PgConn(conn))
-            except BaseException:
-                conn.execute(b"ROLLBACK")
-                raise
-            conn.execute(b"COMMIT")
-            return result
-
-        return await self._call(transaction)
+        return await self._call(lambda: work(PgConn(conn)))
 
     async def lock(self, name: str) -> bool:
         """Take `name` if it is free (True), or if this worker holds it already (counted twice then)."""

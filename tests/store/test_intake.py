@@ -202,9 +202,13 @@ async def test_a_claim_holding_chats_rows_does_not_hold_up_a_run_starting_in_one
     holding, done = threading.Event(), threading.Event()
 
     def claim_then_hold(conn: Conn) -> list[Claimed]:
+        # In a transaction of its own, which stays open with both chats' rows locked (a claim alone
+        # holds them for its one statement).
+        conn.execute("BEGIN")
         claimed = claim_sessions(conn, 1, (), ["telegram"])
         holding.set()
-        done.wait(10)  # the transaction stays open, with both chats' rows locked
+        done.wait(10)
+        conn.execute("COMMIT")
         return claimed
 
     claim = asyncio.create_task(first.run(claim_then_hold))
