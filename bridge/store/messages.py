@@ -176,10 +176,8 @@ def insert_message(conn: Conn, session_id: str, kind: str, content: str, **field
         "RETURNING id",
         (session_id, kind, content, now, *fields.values()),
     ).fetchone()
-    if row is None:
-        return None
-    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
-    return int(row[0])
+    # The session's updated_at follows in the database (trigger message_touches_session).
+    return None if row is None else int(row[0])
 
 
 def _written(message_id: int | None) -> int:

@@ -410,9 +410,16 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN agent TEXT;
     """,
-    # 20: PostgreSQL's intake notification names the chat (pg_migrations); one process answers on
-    # SQLite, so nothing changes here: the versions stay in step.
-    "",
+    # 20: a message stored moves its session's updated_at (the sessions list's order) in the database
+    # itself, never back: one statement fewer per message from Bridge (four a turn). On PostgreSQL
+    # the intake notification also names its chat.
+    """
+    CREATE TRIGGER message_touches_session AFTER INSERT ON messages
+    BEGIN
+        UPDATE sessions SET updated_at = new.created_at
+            WHERE id = new.session_id AND updated_at < new.created_at;
+    END;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

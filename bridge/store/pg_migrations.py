@@ -349,7 +349,8 @@ PG_MIGRATIONS: tuple[str, ...] = (
     """,
     # 20: each message queued notifies with its chat's session id, so a worker tries only the chats a
     # notification names rather than the whole queue (bridge.gateway.sharing). Notifications of one
-    # transaction with the same payload are delivered once.
+    # transaction with the same payload are delivered once. And a message moves its session's
+    # updated_at in the database, as on SQLite.
     """
     CREATE OR REPLACE FUNCTION bridge_intake_notify() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -359,5 +360,14 @@ PG_MIGRATIONS: tuple[str, ...] = (
     DROP TRIGGER intake_notify ON intake;
     CREATE TRIGGER intake_notify AFTER INSERT ON intake
         FOR EACH ROW EXECUTE FUNCTION bridge_intake_notify();
+    -- A message stored moves its session's updated_at, never back (one statement fewer per message).
+    CREATE FUNCTION bridge_message_touch() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE sessions SET updated_at = NEW.created_at
+            WHERE id = NEW.session_id AND updated_at < NEW.created_at;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER message_touches_session AFTER INSERT ON messages
+        FOR EACH ROW EXECUTE FUNCTION bridge_message_touch();
     """,
 )

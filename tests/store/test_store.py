@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -568,6 +569,21 @@ async def test_list_sessions_orders_by_updated_at_desc_and_counts_messages(store
         ("main", 3),
     ]
     assert [s.session.key for s in await store.list_sessions(limit=2)] == ["cron:b", "telegram:dm:3"]
+
+
+async def test_a_message_moves_its_sessions_updated_at_forward_never_back(store: DatabaseStore) -> None:
+    chat = await store.ensure_active_session("telegram:dm:4")
+    other = await store.ensure_active_session("telegram:dm:5")
+    await set_updated_at(store, chat.id, 100.0)
+    await set_updated_at(store, other.id, 100.0)
+    await store.add_user_message(chat.id, "now")
+    assert await scalar(store, "SELECT updated_at FROM sessions WHERE id = ?", (chat.id,)) > 1_000_000
+    assert await scalar(store, "SELECT updated_at FROM sessions WHERE id = ?", (other.id,)) == 100.0
+    # A session touched later than its newest message (a copy from another database, say) keeps it.
+    future = time.time() + 3600
+    await set_updated_at(store, chat.id, future)
+    await store.add_user_message(chat.id, "again")
+    assert await scalar(store, "SELECT updated_at FROM sessions WHERE id = ?", (chat.id,)) == future
 
 
 async def test_list_sessions_active_since_filters_by_updated_at(store: DatabaseStore) -> None:
