@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -51,3 +53,18 @@ def resolve(outcomes: list[Outcome]) -> None:
             future.set_exception(outcome.error)
         else:
             future.set_result(outcome.value)
+
+
+class JobThread(threading.Thread):
+    """A thread serving a queue of jobs, in order; None in the queue stops it. A daemon, so a store
+    nobody closed cannot hold the process open. Subclasses set themselves up, then call start()."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+
+    def submit(self, job: Job) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        self._jobs.put(None)

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import queue
 import random
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from bridge.config.base import mask_url
 from bridge.errors import StoreError
-from bridge.store.batch import Job, Outcome, settle
+from bridge.store.batch import Job, JobThread, Outcome, settle
 from bridge.store.cache import ActiveSessions
 from bridge.store.engine import Conn, Work
 from bridge.store.pg_dialect import PgConn
@@ -282,7 +281,7 @@ def _transaction(pool: ConnectionPool, work: Work[T], begin: str | None) -> T:
         time.sleep(random.uniform(0, 0.002 * attempt))
 
 
-class Writer(threading.Thread):
+class Writer(JobThread):
     """The engine's writes, on one thread: those queued while a transaction runs are committed
     together in the next one, as SQLite's engine does, so a loop pass's writes cost one BEGIN and one
     COMMIT rather than one of each apiece, and one thread rather than ten contend for the GIL.
@@ -294,18 +293,10 @@ class Writer(threading.Thread):
     """
 
     def __init__(self, pool: ConnectionPool, label: str) -> None:
-        # A daemon, so a store nobody closed cannot hold the process open.
-        super().__init__(name="bridge-pg-writer", daemon=True)
+        super().__init__("bridge-pg-writer")
         self._pool = pool
         self._label = label
-        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.start()
-
-    def submit(self, job: Job) -> None:
-        self._jobs.put(job)
-
-    def stop(self) -> None:
-        self._jobs.put(None)
 
     def run(self) -> None:
         while True:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import contextlib
 import queue
 import sqlite3
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge.errors import StoreError
-from bridge.store.batch import Job, Outcome, settle
+from bridge.store.batch import Job, JobThread, Outcome, settle
 
 # How many queued writes one transaction may carry. Each is a savepoint; the commit is shared.
 BATCH_LIMIT = 256
@@ -31,26 +30,19 @@ class Trips:
     thread_jobs: int = 0
 
 
-class DatabaseThread(threading.Thread):
+class DatabaseThread(JobThread):
     """A thread that owns one connection and runs queued jobs on it; writes waiting together share
     one transaction."""
 
     def __init__(
         self, name: str, label: str, connect: Callable[[], sqlite3.Connection], trips: Trips
     ) -> None:
-        # A daemon, so a store nobody closed cannot hold the process open; SQLite survives the cut.
-        super().__init__(name=name, daemon=True)
+        # A daemon (JobThread): SQLite survives the cut of a process nobody closed.
+        super().__init__(name)
         self._connect = connect
         self._label = label
         self._trips = trips
-        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.start()
-
-    def submit(self, job: Job) -> None:
-        self._jobs.put(job)
-
-    def stop(self) -> None:
-        self._jobs.put(None)
 
     def run(self) -> None:
         try:
