@@ -206,9 +206,10 @@ async def failover(model_url: str, url: str) -> float:
         folder = Path(tmp)
         async with FakeTelegram() as tg:
             config = write_config(folder, tg, model_url, f'url = "{url}"')
-            async with started_workers(folder, config, 3) as running:
+            # The first alone, so it is the one that polls; then two more, which stand by.
+            async with started_workers(folder, config, 1) as poller, started_workers(folder, config, 2):
                 killed_at = asyncio.get_running_loop().time()
-                await kill9(running.processes[0])
+                await kill9(poller.processes[0])
                 async with asyncio.timeout(30):
                     while not any(t > killed_at for t in tg.poll_times):  # noqa: ASYNC110
                         await asyncio.sleep(0.05)
