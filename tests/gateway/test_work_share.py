@@ -287,3 +287,47 @@ async def test_a_worker_claims_only_the_chat_a_message_came_in_and_nothing_after
             # One claim per message, of its chat alone: none after either turn, none of the queue.
             assert claims == [frozenset({ids[0]}), frozenset({ids[1]})]
             await drained(bridge)
+
+
+async def test_a_message_that_comes_after_a_runs_last_look_at_its_queue_is_answered_once_the_chat_is_let_go(
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instant between a run's last look at its chat's queue (nothing waiting) and the lease let
+    go: a message stored then is named while this worker still holds the chat, so no worker can claim
+    it then. This worker claims it again once it lets go; the look over the whole queue is held off
+    here, so nothing else would answer it."""
+    async with FakeOpenAI(answer_to) as llm:
+        settings = make_settings(tmp_path, llm.base_url, storage={"url": postgres.database()})
+        async with Bridge(settings, standby=asyncio.Event()) as bridge:
+            sender = RecordingSender()
+            bridge.add_sender(sender)
+            share = bridge.share
+            assert share is not None
+            await bridge.recover()
+            monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
+            inbound = Inbound(
+                surface="test", chat_type="dm", chat_id=OWNER, sender_id=OWNER, text="m1", message_id="1"
+            )
+            session = await bridge.sessions.active(inbound)
+            other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
+            await other.open()
+            real_next_waiting = bridge.store.next_waiting
+            slipped_in: list[int | None] = []
+
+            async def look_then_a_message_comes(session_id: str) -> tuple[int, str | None] | None:
+                found = await real_next_waiting(session_id)
+                if found is None and not slipped_in:
+                    # Another worker stores the next message just after this look.
+                    slipped_in.append(await other.add_user_message(session_id, "m2"))
+                    await eventually(lambda: session_id in share._named_while_serving, "the notification")
+                return found
+
+            monkeypatch.setattr(bridge.store, "next_waiting", look_then_a_message_comes)
+            try:
+                await bridge.handle(inbound)
+                await eventually(lambda: "answer to: m2" in sender.of("reply"), "the answer to m2")
+            finally:
+                await other.close()
+            assert sender.of("reply") == ["answer to: m1", "answer to: m2"]
+            assert slipped_in and await bridge.store.next_waiting(session.id) is None
+            await drained(bridge)
