@@ -68,3 +68,21 @@ class JobThread(threading.Thread):
 
     def stop(self) -> None:
         self._jobs.put(None)
+
+    def _batch(
+        self, first: Job, limit: int, fits: Callable[[Job], bool] = lambda job: True
+    ) -> tuple[list[Job], Job | None, bool]:
+        """`first` and the jobs queued behind it that `fits`, up to `limit`: the batch, the first job
+        queued that did not fit (to run next), and whether the stop sentinel came."""
+        batch = [first]
+        while len(batch) < limit:
+            try:
+                queued = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if queued is None:
+                return batch, None, True
+            if not fits(queued):
+                return batch, queued, False
+            batch.append(queued)
+        return batch, None, False

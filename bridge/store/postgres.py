@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import random
 import time
 from collections.abc import Callable
@@ -303,16 +302,7 @@ class Writer(JobThread):
             job = self._jobs.get()
             if job is None:
                 return
-            batch, stopping = [job], False
-            while len(batch) < BATCH_LIMIT:
-                try:
-                    queued = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if queued is None:
-                    stopping = True
-                    break
-                batch.append(queued)
+            batch, _, stopping = self._batch(job, BATCH_LIMIT)
             settle(self._commit(batch))
             if stopping:
                 return

@@ -67,17 +67,7 @@ class DatabaseThread(JobThread):
             if job.mode != "write":
                 settle([run_one(conn, job)])
                 continue
-            batch, stopping = [job], False
-            while len(batch) < BATCH_LIMIT:
-                try:
-                    queued = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if queued is not None and queued.mode == "write":
-                    batch.append(queued)
-                    continue
-                waiting, stopping = queued, queued is None
-                break
+            batch, waiting, stopping = self._batch(job, BATCH_LIMIT, lambda queued: queued.mode == "write")
             self._trips.commits += 1
             settle(commit(conn, batch))
             if stopping:

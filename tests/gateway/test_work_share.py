@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -192,6 +193,21 @@ async def test_send_off_in_another_worker_reaches_this_workers_copy_of_the_chat_
     await asyncio.wait_for(denied(), 10)
 
 
+@contextlib.asynccontextmanager
+async def answering_worker(
+    tmp_path: Path, postgres: PostgresServer
+) -> AsyncIterator[tuple[Bridge, RecordingSender, sharing.WorkShare]]:
+    """A sharing worker on a fresh database that answers each message "answer to: <it>", claiming."""
+    async with FakeOpenAI(answer_to) as llm:
+        settings = make_settings(tmp_path, llm.base_url, storage={"url": postgres.database()})
+        async with Bridge(settings, standby=asyncio.Event()) as bridge:
+            sender = RecordingSender()
+            bridge.add_sender(sender)
+            assert bridge.share is not None
+            await bridge.recover()  # starts claiming
+            yield bridge, sender, bridge.share
+
+
 def answer_to(request: dict[str, Any]) -> Reply:
     asked = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
     return fake.text(f"answer to: {asked}")
@@ -254,39 +270,32 @@ async def test_a_worker_claims_only_the_chat_a_message_came_in_and_nothing_after
         return claim_sessions(conn, limit, skip, surfaces, named)
 
     monkeypatch.setattr(sharing, "claim_sessions", recorded)
-    async with FakeOpenAI(answer_to) as llm:
-        settings = make_settings(tmp_path, llm.base_url, storage={"url": postgres.database()})
-        async with Bridge(settings, standby=asyncio.Event()) as bridge:
-            sender = RecordingSender()
-            bridge.add_sender(sender)
-            share = bridge.share
-            assert share is not None
-            await bridge.recover()  # starts claiming
-            # Its first look over the whole queue, then none for an hour.
-            await eventually(lambda: None in claims, "the first look over the queue")
-            monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
-            claims.clear()
-            ids: list[str] = []
+    async with answering_worker(tmp_path, postgres) as (bridge, sender, share):
+        # Its first look over the whole queue, then none for an hour.
+        await eventually(lambda: None in claims, "the first look over the queue")
+        monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
+        claims.clear()
+        ids: list[str] = []
 
-            def replied(text: str) -> bool:
-                return text in sender.of("reply")
+        def replied(text: str) -> bool:
+            return text in sender.of("reply")
 
-            for n, user in enumerate(("41", "42"), start=1):
-                inbound = Inbound(
-                    surface="test",
-                    chat_type="dm",
-                    chat_id=user,
-                    sender_id=OWNER,
-                    text=f"m{n}",
-                    message_id=str(n),
-                )
-                ids.append((await bridge.sessions.active(inbound)).id)
-                await bridge.handle(inbound)
-                await eventually(functools.partial(replied, f"answer to: m{n}"), f"the answer to m{n}")
-                await eventually(lambda: not share.serving(), "the chat let go")
-            # One claim per message, of its chat alone: none after either turn, none of the queue.
-            assert claims == [frozenset({ids[0]}), frozenset({ids[1]})]
-            await drained(bridge)
+        for n, user in enumerate(("41", "42"), start=1):
+            inbound = Inbound(
+                surface="test",
+                chat_type="dm",
+                chat_id=user,
+                sender_id=OWNER,
+                text=f"m{n}",
+                message_id=str(n),
+            )
+            ids.append((await bridge.sessions.active(inbound)).id)
+            await bridge.handle(inbound)
+            await eventually(functools.partial(replied, f"answer to: m{n}"), f"the answer to m{n}")
+            await eventually(lambda: not share.serving(), "the chat let go")
+        # One claim per message, of its chat alone: none after either turn, none of the queue.
+        assert claims == [frozenset({ids[0]}), frozenset({ids[1]})]
+        await drained(bridge)
 
 
 async def test_a_message_that_comes_after_a_runs_last_look_at_its_queue_is_answered_once_the_chat_is_let_go(
@@ -296,38 +305,31 @@ async def test_a_message_that_comes_after_a_runs_last_look_at_its_queue_is_answe
     go: a message stored then is named while this worker still holds the chat, so no worker can claim
     it then. This worker claims it again once it lets go; the look over the whole queue is held off
     here, so nothing else would answer it."""
-    async with FakeOpenAI(answer_to) as llm:
-        settings = make_settings(tmp_path, llm.base_url, storage={"url": postgres.database()})
-        async with Bridge(settings, standby=asyncio.Event()) as bridge:
-            sender = RecordingSender()
-            bridge.add_sender(sender)
-            share = bridge.share
-            assert share is not None
-            await bridge.recover()
-            monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
-            inbound = Inbound(
-                surface="test", chat_type="dm", chat_id=OWNER, sender_id=OWNER, text="m1", message_id="1"
-            )
-            session = await bridge.sessions.active(inbound)
-            other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
-            await other.open()
-            real_next_waiting = bridge.store.next_waiting
-            slipped_in: list[int | None] = []
+    async with answering_worker(tmp_path, postgres) as (bridge, sender, share):
+        monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
+        inbound = Inbound(
+            surface="test", chat_type="dm", chat_id=OWNER, sender_id=OWNER, text="m1", message_id="1"
+        )
+        session = await bridge.sessions.active(inbound)
+        other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
+        await other.open()
+        real_next_waiting = bridge.store.next_waiting
+        slipped_in: list[int | None] = []
 
-            async def look_then_a_message_comes(session_id: str) -> tuple[int, str | None] | None:
-                found = await real_next_waiting(session_id)
-                if found is None and not slipped_in:
-                    # Another worker stores the next message just after this look.
-                    slipped_in.append(await other.add_user_message(session_id, "m2"))
-                    await eventually(lambda: session_id in share._named_while_serving, "the notification")
-                return found
+        async def look_then_a_message_comes(session_id: str) -> tuple[int, str | None] | None:
+            found = await real_next_waiting(session_id)
+            if found is None and not slipped_in:
+                # Another worker stores the next message just after this look.
+                slipped_in.append(await other.add_user_message(session_id, "m2"))
+                await eventually(lambda: session_id in share._named_while_serving, "the notification")
+            return found
 
-            monkeypatch.setattr(bridge.store, "next_waiting", look_then_a_message_comes)
-            try:
-                await bridge.handle(inbound)
-                await eventually(lambda: "answer to: m2" in sender.of("reply"), "the answer to m2")
-            finally:
-                await other.close()
-            assert sender.of("reply") == ["answer to: m1", "answer to: m2"]
-            assert slipped_in and await bridge.store.next_waiting(session.id) is None
-            await drained(bridge)
+        monkeypatch.setattr(bridge.store, "next_waiting", look_then_a_message_comes)
+        try:
+            await bridge.handle(inbound)
+            await eventually(lambda: "answer to: m2" in sender.of("reply"), "the answer to m2")
+        finally:
+            await other.close()
+        assert sender.of("reply") == ["answer to: m1", "answer to: m2"]
+        assert slipped_in and await bridge.store.next_waiting(session.id) is None
+        await drained(bridge)
