@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -70,7 +71,7 @@ def for_machine(sizes: Sizes) -> Sizes:
     """The worker counts the machine has cores for: each worker and its share of the server want two."""
     cpus = os.cpu_count() or 1
     fitting = tuple(w for w in sizes.workers if w == 1 or w * 2 <= cpus)
-    return Sizes(**{**sizes.__dict__, "workers": fitting})
+    return dataclasses.replace(sizes, workers=fitting)
 
 
 # The claim statement, in every version of it: the one that locks waiting chats' rows.
@@ -278,7 +279,7 @@ async def run_sizes(sizes: Sizes, *, smoke: bool = False, out: Path | None = Non
     def save() -> dict[str, Any]:
         _with_ratios(results)
         data: dict[str, Any] = {
-            "sizes": {**sizes.__dict__, "baseline": str(sizes.baseline or "")},
+            "sizes": {**dataclasses.asdict(sizes), "baseline": str(sizes.baseline or "")},
             "results": results,
         }
         data["failover_s"] = None if takeover is None else round(takeover, 2)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.scale.cpu import cpu_seconds
-from devkit.processes import start_bridge
+from devkit.processes import bridge_env, start_bridge
 
 # Each worker runs up to this many chats at once; the rest wait in the shared intake queue.
 MAX_RUNS = 100
@@ -76,8 +76,6 @@ async def started_workers(
 async def _start_module(folder: Path, args: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
     # `python -m bridge`, so PYTHONPATH decides which bridge runs (an installed console script's
     # editable finder could win over it).
-    from devkit.processes import bridge_env
-
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

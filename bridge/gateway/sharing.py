@@ -90,10 +90,10 @@ class WorkShare:
         self._named: set[str] = set()
         self._whole_queue = True
         self._looked_over = 0.0
-        # The session ids of the chats this worker claimed and runs (their keys), and those of them
-        # that a notification named meanwhile: once let go, they are claimed again, since a message may
-        # have come after the run's last look at its queue.
-        self._serving_ids: dict[str, str] = {}
+        # The session ids of the chats this worker claimed and runs, and those of them that a
+        # notification named meanwhile: once let go, they are claimed again, since a message may have
+        # come after the run's last look at its queue.
+        self._serving_ids: set[str] = set()
         self._named_while_serving: set[str] = set()
         # The chats the claim in flight tries: named again meanwhile (this worker's own kick and the
         # database's notification of one message), they are not tried twice.
@@ -231,7 +231,7 @@ class WorkShare:
                     self._named |= named - {found.session.id for found in claimed}
             for found in claimed:
                 self._serving.add(found.session.key)
-                self._serving_ids[found.session.id] = found.session.key
+                self._serving_ids.add(found.session.id)
                 self.lanes.schedule(found.session.key, functools.partial(self._serve, found), merge=False)
 
     def _name(self, session_id: str) -> None:
@@ -358,7 +358,7 @@ class WorkShare:
                     after = await self._next_waiting(session.id)
                 waiting = after
         finally:
-            await self._release(key)
+            await self._release(key, session.id)
 
     async def _next_waiting(self, session_id: str) -> tuple[int, str | None] | None:
         # This look sees every message whose notification has come by now: only those named later
@@ -366,7 +366,8 @@ class WorkShare:
         self._named_while_serving.discard(session_id)
         return await self.store.next_waiting(session_id)
 
-    async def _release(self, key: str) -> None:
+    async def _release(self, key: str, session_id: str | None = None) -> None:
+        """Let the chat go; `session_id`: the chat was claimed (not run through run_leased)."""
         try:
             await self.leases.unlock(session_lease(key))
         except LeasesLost as exc:
@@ -375,14 +376,13 @@ class WorkShare:
         finally:
             # After the unlock: a claim meanwhile must not take the chat again while it is held.
             self._serving.discard(key)
-        ids = [id_ for id_, held in self._serving_ids.items() if held == key]
-        for id_ in ids:
-            del self._serving_ids[id_]
-            if id_ in self._named_while_serving:
+        if session_id is not None:
+            self._serving_ids.discard(session_id)
+            if session_id in self._named_while_serving:
                 # A message that came in after the run's last look at its queue, before the lease was
                 # let go: left to this worker, which claims the chat again.
-                self._named_while_serving.discard(id_)
-                self._named.add(id_)
+                self._named_while_serving.discard(session_id)
+                self._named.add(session_id)
         if self._named or self._whole_queue:
             # A slot is free, and there is work this worker knows of.
             self._wake.set()

@@ -57,7 +57,8 @@ _CHECK_SERVER = (
 
 
 class PostgresEngine:
-    """A psycopg connection pool; each transaction function runs on a pool thread with a connection.
+    """A psycopg connection pool. Writes run on the Writer's one thread, committed together; reads,
+    slow writes and the migration run on the pool's threads, each with a connection.
 
     Writes run READ COMMITTED. What two writers could race on is decided by the database itself:
     one active session per key and one row per platform message are unique indexes the inserts
