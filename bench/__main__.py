@@ -22,6 +22,7 @@ from bench import (
     throughput,
 )
 from bench.common import RESULTS, machine
+from bench.versus import compare as versus
 
 BENCHMARKS: dict[str, Callable[[bool], Awaitable[dict[str, Any]]]] = {
     "schema_tokens": schema_tokens.run,
@@ -52,7 +53,7 @@ if __name__ == "__main__":
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the benchmarks still run")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
     # Not one of the benchmarks run by default: it needs a running model server, and takes minutes.
-    commands = parser.add_subparsers(dest="command", metavar="real-model | memory-search")
+    commands = parser.add_subparsers(dest="command", metavar="real-model | memory-search | nanobot")
     real_model.add_arguments(
         commands.add_parser(
             "real-model",
@@ -68,6 +69,14 @@ if __name__ == "__main__":
             description=memory_search.__doc__,
         )
     )
+    # Nor this one: it needs nanobot's environment, and takes about 2 minutes.
+    versus.add_arguments(
+        commands.add_parser(
+            "nanobot",
+            help="Bridge against nanobot 0.3.5 on the same workload, round by round",
+            description=versus.__doc__,
+        )
+    )
     args = parser.parse_args()
     # Every figure is taken on 127.0.0.1 or in process; a proxy must never sit in between.
     os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
@@ -75,5 +84,7 @@ if __name__ == "__main__":
         asyncio.run(real_model.main(args))
     elif args.command == "memory-search":
         memory_search.main(args)
+    elif args.command == "nanobot":
+        versus.main(args)
     else:
         asyncio.run(main(args.only, args.smoke))

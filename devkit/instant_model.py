@@ -3,7 +3,8 @@ process; `instant_model()` starts one for a block.
 
 The HTTP and scale-out benchmarks' model: one tool call on a turn's first request, then a final reply,
 and a short summary when asked to compact (a request without tools). Nothing is computed, so what the
-benchmark measures is Bridge and the HTTP between them.
+benchmark measures is Bridge and the HTTP between them. A request with `"stream": true` gets the same
+answer as server-sent events, in one chunk, the way agents that always stream (nanobot) read it.
 """
 
 from __future__ import annotations
@@ -44,9 +45,28 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def completions(request: web.Request) -> web.Response:
+def chunks(done: dict[str, Any]) -> list[dict[str, Any]]:
+    """A whole answer as the stream's chunks: its message as one delta, then the finish reason with usage."""
+    message = dict(done["choices"][0]["message"])
+    calls = message.pop("tool_calls", None)
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if calls:
+        delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(calls)]
+    head = {"id": done["id"], "object": "chat.completion.chunk", "model": done["model"]}
+    finish = "tool_calls" if calls else "stop"
+    return [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": done["usage"]},
+    ]
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
     body = json.loads(await request.read())
-    return web.json_response(answer(body))
+    done = answer(body)
+    if not body.get("stream"):
+        return web.json_response(done)
+    events = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks(done))
+    return web.Response(body=events + b"data: [DONE]\n\n", content_type="text/event-stream")
 
 
 def main() -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench.versus.compare import missing_note, nanobot_python
 
 ROOT = Path(__file__).parent.parent
 NAMES = [
@@ -89,3 +92,33 @@ def test_the_memory_search_benchmark_runs_at_a_small_size_and_writes_its_figures
         ("sqlite", "all"),
     ]
     assert all(r["p99_ms"] >= r["p50_ms"] > 0 for r in data["results"])
+
+
+def test_bridge_and_nanobot_run_the_same_closed_loop_side_by_side(tmp_path: Path) -> None:
+    python = nanobot_python()
+    if python is None:
+        # `.ci/run` installs nanobot and sets BRIDGE_REQUIRE_NANOBOT, so in CI this runs or fails.
+        if os.environ.get("BRIDGE_REQUIRE_NANOBOT"):
+            pytest.fail(missing_note())
+        pytest.skip(missing_note())
+    done = run(tmp_path, "-m", "bench", "nanobot", "--smoke", "--nanobot", python)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((tmp_path / "versus_nanobot.smoke.json").read_text())
+    [round_] = data["rounds"]
+    # Each side answered turns in its window (a wrong answer fails the side), and the ratio is theirs.
+    bridge, nanobot = round_["bridge"], round_["nanobot"]
+    assert bridge["turns"] > 0 and nanobot["turns"] > 0
+    assert bridge["cpu_ms_per_turn"] > 0 and nanobot["cpu_ms_per_turn"] > 0
+    assert round_["ratio"] == round(bridge["turns_per_s"] / nanobot["turns_per_s"], 1)
+    assert data["median_ratio"] == round_["ratio"]
+
+
+def test_without_nanobot_only_bridges_side_is_measured_with_a_note_saying_how_to_install_it(
+    tmp_path: Path,
+) -> None:
+    done = run(tmp_path, "-m", "bench", "nanobot", "--smoke", "--nanobot", str(tmp_path / "no-such-python"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "pip install 'nanobot-ai==0.3.5'" in done.stdout
+    data = json.loads((tmp_path / "versus_nanobot.smoke.json").read_text())
+    [round_] = data["rounds"]
+    assert round_["bridge"]["turns"] > 0 and round_["nanobot"] is None and data["median_ratio"] is None
