@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bridge.jsonutil import loads
+from bridge.jsonutil import dumps, loads
 from bridge.llm.base import ChatMessage, Completion, ToolCall
 from bridge.media.parts import without_image_data
 from bridge.tools.base import ToolResult
@@ -163,7 +163,7 @@ class RunTrace:
             "usage": usage,
             "steps": self.steps,
         }
-        return redact(json.dumps(data, ensure_ascii=False, default=_plain))
+        return redact(dumps(data, default=_plain))
 
 
 def expand_trace(data: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import re
 from collections.abc import Awaitable
@@ -15,10 +14,10 @@ import httpx
 from bridge.config.base import REDACTED, mask_url
 from bridge.config.llm import LLMSettings
 from bridge.errors import ProviderError
-from bridge.jsonutil import loads
+from bridge.jsonutil import dump_bytes, loads
 from bridge.llm.base import ChatMessage, Completion, TextSink
 from bridge.llm.sse import StreamAssembler, events
-from bridge.llm.transport import AiohttpTransport
+from bridge.llm.transport import AiohttpTransport, ModelClient
 from bridge.localmodel import is_local_model_url
 from bridge.logs import redacting, secret_values
 from bridge.retry import Backoff, RetryableError, Sleep, parse_retry_after, with_retries
@@ -80,6 +79,7 @@ class HTTPProvider:
         self._base_url = settings.base_url or self.default_base_url
         # The base URL as messages show it: any user and password in it masked.
         self._shown_url = mask_url(self._base_url)
+        self._parsed_url: httpx.URL | None = None
         self._api_key = settings.api_key.get_secret_value()
         # The key at any length (a short one is still a key), and the credentials in base_url.
         self._redact_secrets = redacting([*secret_values(settings), self._api_key])
@@ -92,7 +92,7 @@ class HTTPProvider:
         self._sleep = sleep
         # Named after the concrete provider's module, so log filters keep working per provider.
         self._log = logging.getLogger(type(self).__module__)
-        self._client = httpx.AsyncClient(
+        self._client = ModelClient(
             timeout=settings.timeout_s, headers=self._headers(), transport=transport or AiohttpTransport()
         )
 
@@ -104,7 +104,7 @@ class HTTPProvider:
         if streamed:
             body = self._streamed(body)
         # Serialized once, not once per attempt: the body repeats the whole history and the tools.
-        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        payload = dump_bytes(body)
 
         def attempt() -> Awaitable[Completion]:
             if streamed:
@@ -136,6 +136,12 @@ class HTTPProvider:
     def _endpoint(self) -> str:
         raise NotImplementedError
 
+    def _url(self) -> httpx.URL:
+        """The endpoint, parsed on first use only: httpx parses a URL given as text on every request."""
+        if self._parsed_url is None:
+            self._parsed_url = httpx.URL(self._endpoint())
+        return self._parsed_url
+
     def _request_body(self, messages: list[ChatMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -155,7 +161,7 @@ class HTTPProvider:
 
     async def _attempt(self, payload: bytes) -> Completion:
         try:
-            response = await self._client.post(self._endpoint(), content=payload, headers=_JSON)
+            response = await self._client.post(self._url(), content=payload, headers=_JSON)
         except httpx.RequestError as exc:
             raise _failed(exc) from exc
         if response.status_code != 200:
@@ -182,7 +188,7 @@ class HTTPProvider:
         await sink.begin()
         assembler = self._assembler()
         try:
-            request = self._client.stream("POST", self._endpoint(), content=payload, headers=_SSE)
+            request = self._client.stream("POST", self._url(), content=payload, headers=_SSE)
             async with request as response:
                 if response.status_code != 200:
                     await response.aread()

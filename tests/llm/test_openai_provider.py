@@ -165,6 +165,20 @@ async def test_request_goes_to_chat_completions_with_model_and_messages(
     ]
 
 
+async def test_text_goes_out_as_utf_8_and_a_lone_surrogate_still_makes_a_valid_request(
+    fake_llm: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    # A model's "\ud800" (or a tool's) parses to a lone surrogate, which is no UTF-8 at all; the
+    # request is written with it escaped rather than failing the turn.
+    fake_llm.push(text("ok"), text("ok"))
+    provider = make_provider()
+
+    await provider.complete([ChatMessage(role="user", content="smørbrød 🥪")], [])
+    assert fake_llm.last_request["messages"][0]["content"] == "smørbrød 🥪"
+    await provider.complete([ChatMessage(role="user", content="broken \ud800 text")], [])
+    assert fake_llm.last_request["messages"][0]["content"] == "broken \ud800 text"
+
+
 async def test_tools_are_omitted_when_none_are_offered(
     fake_llm: FakeOpenAI, make_provider: MakeProvider
 ) -> None:
