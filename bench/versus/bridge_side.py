@@ -1,7 +1,7 @@
 """`python -m bench.versus.bridge_side`: Bridge's side, in process on SQLite, the model over HTTP.
 
-The same Bridge as `bench/http_throughput.py`'s; the answer a turn waits for is its reply as handed to
-the adapter.
+The same Bridge as `bench/http_throughput.py`'s, logging as `bridge run` does (INFO, to stderr, which
+the comparison reads); the answer a turn waits for is its reply as handed to the adapter.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from bench.throughput import NullSender
 from bench.versus.loop import arguments, closed_loop, report
 from bridge.app import Bridge
 from bridge.events import Inbound, Outbound
+from bridge.logs import setup_logging
 
 
 @dataclass
@@ -32,6 +33,8 @@ class ReplyKeeper(NullSender):
 async def main() -> None:
     args = arguments(__doc__ or "")
     settings = settings_for(Path(args.folder), args.model, args.chats)
+    # A line per finished run, as nanobot's side writes its own: neither runs with its log off.
+    setup_logging(settings)
     async with Bridge(settings) as bridge:
         sender = ReplyKeeper()
         bridge.add_sender(sender)
