@@ -7,6 +7,8 @@ import logging
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from bridge.config import Settings
 from bridge.config.base import mask_url
 from bridge.logs import RedactSecrets, redactor, secret_values
@@ -90,3 +92,13 @@ async def test_a_platform_that_cannot_be_reached_is_named_without_its_credential
     assert "Can't reach the Telegram Bot API" in done.stderr
     assert PASSWORD not in done.output and USER not in done.output and token not in done.output
     assert_no_traceback(done)
+
+
+def test_the_brave_search_key_is_redacted_from_log_lines_and_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Read from its variable with the settings, as a model profile's key is, so the redactors know it
+    # before any search runs (an error body that echoes it, a library's debug line).
+    monkeypatch.setenv("BRAVE_API_KEY", "BSA-never-shown-9931")
+    settings = Settings(tools={"web_search": {"provider": "brave"}})
+    assert "BSA-never-shown-9931" in set(secret_values(settings))
+    trace = redactor(settings)('{"error": "key BSA-never-shown-9931 refused"}')
+    assert "BSA-never-shown-9931" not in trace

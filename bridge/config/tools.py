@@ -8,13 +8,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from bridge.config.base import Section, url_setting
+from bridge.config.base import KeyFromEnv, Section, url_setting
 
 SearchProvider = Literal["searxng", "brave"]
 
 
-class WebSearchSettings(Section):
-    """web_search in the `web` group: listed only once a provider is set."""
+class WebSearchSettings(KeyFromEnv):
+    """web_search in the `web` group: listed only once a provider is set. Brave's key is read from its
+    variable with the settings, so the log and trace redactors know it (KeyFromEnv)."""
 
     # "searxng" (a self-hosted instance's JSON API, no key) or "brave" (the Brave Search API). Unset:
     # the tool is not offered.
@@ -27,6 +28,9 @@ class WebSearchSettings(Section):
     max_results: int = Field(5, ge=1, le=20)
     # How long one query's results are reused: a model often repeats a search within a turn.
     cache_ttl_s: float = Field(300.0, ge=0)
+
+    WHOSE_KEY = "the Brave Search API key"
+    WITHOUT_KEY = "web_search with Brave answers that the key is missing"
 
     @field_validator("base_url")
     @classmethod

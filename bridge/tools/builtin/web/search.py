@@ -7,7 +7,6 @@ only text; a result's URL is reached, if at all, through webfetch or the browser
 
 from __future__ import annotations
 
-import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -130,8 +129,8 @@ async def search_searxng(settings: WebSearchSettings, query: str, limit: int) ->
 
 
 async def search_brave(settings: WebSearchSettings, query: str, limit: int) -> list[Hit]:
-    """The Brave Search API; its key is read from the environment variable the config names."""
-    key = os.environ.get(settings.api_key_env, "").strip()
+    """The Brave Search API; its key is the one read, with the settings, from the variable they name."""
+    key = settings.api_key.get_secret_value().strip()
     if not key:
         raise SearchFailed(
             "not_configured", f"The Brave Search API key is missing: set the {settings.api_key_env} variable."
