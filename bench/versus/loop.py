@@ -1,7 +1,7 @@
 """The closed loop both sides run: N chats, each sending its next turn as soon as the last is answered.
 
-Standard library only: nanobot's side imports it from nanobot's own environment, where Bridge is not
-installed.
+Standard library and `bench.common` only (itself standard library only): nanobot's side imports it
+from nanobot's own environment, where Bridge is not installed.
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from bench.common import percentile
 
 # One turn of one chat: (chat, its turn number) -> the answer's text.
 Turn = Callable[[int, int], Awaitable[str]]
@@ -61,7 +62,6 @@ async def closed_loop(side: str, turn: Turn, chats: int, warm_s: float, window_s
 
     await asyncio.gather(clock(), *(chat(n) for n in range(chats)))
     turns = len(latencies)
-    ordered = sorted(latencies)
     return {
         "side": side,
         "chats": chats,
@@ -69,13 +69,9 @@ async def closed_loop(side: str, turn: Turn, chats: int, warm_s: float, window_s
         "turns": turns,
         "turns_per_s": round(turns / window_s, 1),
         "cpu_ms_per_turn": round((cpu[1] - cpu[0]) * 1000 / max(turns, 1), 2),
-        "turn_p50_ms": round(_rank(ordered, 50) * 1000, 1),
-        "turn_p99_ms": round(_rank(ordered, 99) * 1000, 1),
+        "turn_p50_ms": round(percentile(latencies, 50) * 1000, 1),
+        "turn_p99_ms": round(percentile(latencies, 99) * 1000, 1),
     }
-
-
-def _rank(ordered: list[float], p: float) -> float:
-    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1] if ordered else 0.0
 
 
 def report(figures: dict[str, Any]) -> None:
