@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from bridge.store.base import Loaded, MessageRow, ToolExchange
-from bridge.store.engine import Conn, T, Work, inserted_id
+from bridge.store.engine import Conn, Cursor, T, Work, inserted_id
 from bridge.store.sessions import SessionTable
 from bridge.store.window import LOAD_SKILL, LOAD_TOOL_GROUP, loaded_by
 from bridge.text import scrub
@@ -203,20 +203,40 @@ def select_history(
     """The newest `limit` rows; with `after`, only rows of turns after user message `after` (a
     summary covers the rest). A run's rows belong to the turn of the message it answered (its
     input_upto); they are always written after it, so `m.id > after` bounds the scan on the index."""
+    return history_rows(query_history(conn, session_id, limit, chat_only, after=after))
+
+
+# The user message the session's newest summary covers up to (0: none), in SQL, so the history
+# after it is read by one statement that need not wait for the summary's.
+SUMMARIZED_UPTO = (
+    "COALESCE((SELECT upto FROM summaries WHERE session_id = :session ORDER BY id DESC LIMIT 1), 0)"
+)
+
+
+def query_history(
+    conn: Conn, session_id: str, limit: int, chat_only: bool, *, after: int | None = 0
+) -> Cursor:
+    """select_history's statement, sent; its rows are read by history_rows. `after=None`: after what
+    the session's newest summary covers, found by the same statement."""
     columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
     only_chat = " AND m.kind IN ('user', 'assistant')" if chat_only else ""
+    bound = SUMMARIZED_UPTO if after is None else ":after"
     later = (
-        " AND m.id > :after AND (CASE WHEN m.kind != 'user' AND r.input_upto IS NOT NULL "
-        "THEN r.input_upto ELSE m.id END) > :after"
-        if after
+        f" AND m.id > {bound} AND (CASE WHEN m.kind != 'user' AND r.input_upto IS NOT NULL "
+        f"THEN r.input_upto ELSE m.id END) > {bound}"
+        if after != 0
         else ""
     )
-    rows = conn.execute(
+    return conn.execute(
         f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
         f"WHERE m.session_id = :session{only_chat}{later} ORDER BY m.id DESC LIMIT :limit",
-        {"session": session_id, "limit": limit, "after": after},
-    ).fetchall()
-    return [MessageRow(*row) for row in reversed(rows)]
+        {"session": session_id, "limit": limit, "after": after or 0},
+    )
+
+
+def history_rows(cursor: Cursor) -> list[MessageRow]:
+    """The rows of query_history's statement, oldest first."""
+    return [MessageRow(*row) for row in reversed(cursor.fetchall())]
 
 
 # Matches the partial index messages_loads exactly, so only the session's loads are read.
@@ -230,7 +250,11 @@ LOADS_SQL = (
 def select_loaded(conn: Conn, session_id: str) -> Loaded:
     """One query on the partial index of successful loads; the JSON is read here rather than in SQL,
     so both backends share the query (and a malformed input is skipped the same way on each)."""
-    rows = conn.execute(LOADS_SQL, (session_id,)).fetchall()
+    return loaded_of(conn.execute(LOADS_SQL, (session_id,)).fetchall())
+
+
+def loaded_of(rows: list[Any]) -> Loaded:
+    """The groups and skills the rows of LOADS_SQL loaded."""
     loads = [(tool, name) for tool, raw in rows if (name := loaded_by("tool_call", tool, "success", raw))]
     return Loaded(
         frozenset(name for tool, name in loads if tool == LOAD_TOOL_GROUP),
@@ -238,10 +262,15 @@ def select_loaded(conn: Conn, session_id: str) -> Loaded:
     )
 
 
+MEMORIES_SQL = "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?"
+
+
 def select_memories(conn: Conn, scope: str, limit: int) -> list[str]:
-    rows = conn.execute(
-        "SELECT content FROM memories WHERE scope = ? ORDER BY id DESC LIMIT ?", (scope, limit)
-    ).fetchall()
+    return memories_of(conn.execute(MEMORIES_SQL, (scope, limit)).fetchall())
+
+
+def memories_of(rows: list[Any]) -> list[str]:
+    """The rows of MEMORIES_SQL, oldest first."""
     return [row[0] for row in reversed(rows)]
 
 

@@ -21,10 +21,15 @@ from bridge.store.base import (
 from bridge.store.cache import ActiveSessions
 from bridge.store.engine import Conn, Engine, of_workers
 from bridge.store.messages import (
+    LOADS_SQL,
+    MEMORIES_SQL,
     MessageTable,
+    history_rows,
     insert_message,
+    loaded_of,
+    memories_of,
+    query_history,
     select_history,
-    select_loaded,
     select_memories,
     select_since,
 )
@@ -38,6 +43,8 @@ _RUN_COLS = (
     "completion_tokens, error, input_upto, kind, parent_run_id"
 )
 _SUMMARY_COLS = "id, session_id, run_id, upto, content, turns, replaced_chars, created_at"
+_LATEST_SUMMARY_SQL = f"SELECT {_SUMMARY_COLS} FROM summaries WHERE session_id = ? ORDER BY id DESC LIMIT 1"
+_ANSWERED_SQL = "SELECT MAX(input_upto) FROM runs WHERE session_id = ?"
 
 
 class RunTable(MessageTable):
@@ -372,32 +379,55 @@ def _read_context(
     memory_limit: int,
     kept: Window | None = None,
 ) -> tuple[RunContext, Window]:
+    if kept is None:
+        return _whole_context(conn, session_id, memory_scope, history_limit, memory_limit)
     summary = _latest_summary(conn, session_id)
-    after = summary.upto if summary else 0
-    summary_id = summary.id if summary else None
-    if kept is not None and kept.summary_id == summary_id and kept.limit == history_limit:
-        window = topped_up(kept, select_since(conn, session_id, kept.last_id), after)
-    else:
-        # A first read, or one after a compaction: the whole window, and how far the session goes.
-        newest = conn.execute("SELECT MAX(id) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
-        loaded = select_loaded(conn, session_id)
-        window = Window(
-            tuple(select_history(conn, session_id, history_limit, False, after=after)),
-            int(newest[0] or 0),
-            loaded.groups,
-            summary_id,
-            history_limit,
-            loaded.skills,
-        )
-    context = RunContext(
+    if kept.summary_id != (summary.id if summary else None) or kept.limit != history_limit:
+        # After a compaction (or with another limit): the whole window again.
+        return _whole_context(conn, session_id, memory_scope, history_limit, memory_limit)
+    window = topped_up(kept, select_since(conn, session_id, kept.last_id), summary.upto if summary else 0)
+    memories = select_memories(conn, memory_scope, memory_limit) if memory_limit else []
+    return _context(window, memories, _answered_upto(conn, session_id), summary), window
+
+
+def _whole_context(
+    conn: Conn, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
+) -> tuple[RunContext, Window]:
+    """A first read (PostgreSQL's every read, as it keeps no windows): the whole window, and how far
+    the session goes. Every statement is sent before any result is read, none needing another's
+    result, so in PostgreSQL's pipeline mode (its snapshot reads) they go in one round trip."""
+    summary = conn.execute(_LATEST_SUMMARY_SQL, (session_id,))
+    newest = conn.execute("SELECT MAX(id) FROM messages WHERE session_id = ?", (session_id,))
+    loads = conn.execute(LOADS_SQL, (session_id,))
+    history = query_history(conn, session_id, history_limit, False, after=None)
+    memories = conn.execute(MEMORIES_SQL, (memory_scope, memory_limit)) if memory_limit else None
+    answered = conn.execute(_ANSWERED_SQL, (session_id,))
+    found = summary.fetchone()
+    latest = SummaryRow(*found) if found else None
+    loaded = loaded_of(loads.fetchall())
+    window = Window(
+        tuple(history_rows(history)),
+        int(newest.fetchone()[0] or 0),
+        loaded.groups,
+        latest.id if latest else None,
+        history_limit,
+        loaded.skills,
+    )
+    remembered = memories_of(memories.fetchall()) if memories is not None else []
+    return _context(window, remembered, int(answered.fetchone()[0] or 0), latest), window
+
+
+def _context(
+    window: Window, memories: list[str], answered_upto: int, summary: SummaryRow | None
+) -> RunContext:
+    return RunContext(
         list(window.rows),
         set(window.loaded_groups),
-        select_memories(conn, memory_scope, memory_limit) if memory_limit else [],
-        _answered_upto(conn, session_id),
+        memories,
+        answered_upto,
         summary,
         set(window.loaded_skills),
     )
-    return context, window
 
 
 def _scrubbed(*texts: str | None) -> list[str | None]:
@@ -410,13 +440,10 @@ def take_up(conn: Conn, session_id: str, upto: int) -> None:
 
 
 def _answered_upto(conn: Conn, session_id: str) -> int:
-    row = conn.execute("SELECT MAX(input_upto) FROM runs WHERE session_id = ?", (session_id,)).fetchone()
+    row = conn.execute(_ANSWERED_SQL, (session_id,)).fetchone()
     return int(row[0] or 0)
 
 
 def _latest_summary(conn: Conn, session_id: str) -> SummaryRow | None:
-    row = conn.execute(
-        f"SELECT {_SUMMARY_COLS} FROM summaries WHERE session_id = ? ORDER BY id DESC LIMIT 1",
-        (session_id,),
-    ).fetchone()
+    row = conn.execute(_LATEST_SUMMARY_SQL, (session_id,)).fetchone()
     return SummaryRow(*row) if row else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from bridge.errors import StoreError
 from bridge.store import postgres as postgres_module
-from bridge.store.base import OutboxItem, ToolExchange
+from bridge.store.base import NewSummary, OutboxItem, ToolExchange
 from bridge.store.claims import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
 from bridge.store.messages import LOADS_SQL
 from bridge.store.migrations import MIGRATIONS
@@ -288,3 +290,79 @@ async def test_writes_queued_together_commit_in_one_transaction_and_one_failing_
         assert [row[0] for row in rows] == [n for n in range(40) if n != 33]
     finally:
         await store.close()
+
+
+async def test_a_runs_context_is_read_in_one_round_trip_then_its_commit(url: str, tmp_path: Any) -> None:
+    """Issue 34: the reads a run starts from (summary, history after it, loads, memories, how far the
+    session goes and was answered) are sent together in pipeline mode, and read what they did one by
+    one. Round trips are counted in libpq's protocol trace: each time the server answers what the
+    client sent, after the client sent something."""
+    store = PostgresStore(url, pool_size=1)
+    await store.open()
+    try:
+        session = await store.ensure_active_session("main")
+        first = await store.add_user_message(session.id, "first question")
+        await store.start_run("r1", session.id, None, "h", first)
+        await store.add_tool_exchange(session.id, "r1", load("c1", "web"))
+        await store.finish_run("r1", "ok", reply=(session.id, "first answer"))
+        second = await store.add_user_message(session.id, "second question")
+        assert first is not None and second is not None
+        await store.record_compaction(
+            "k1",
+            session.id,
+            started_at=0.0,
+            status="ok",
+            error=None,
+            trace=None,
+            prompt_tokens=0,
+            completion_tokens=0,
+            summary=NewSummary(first, "they asked a first question", 1, 20),
+        )
+        await store.add_memory("main", "likes tea")
+        engine = store.engine
+        assert isinstance(engine, postgres_module.PostgresEngine) and engine._pool is not None
+        pool = engine._pool
+        trace = tmp_path / "libpq.trace"
+        # The pool's one connection (pool_size=1) is traced while the context is read; libpq writes
+        # to the file's descriptor, so it stays open until the trace ends.
+        with trace.open("w") as out:
+            with pool.connection() as conn:
+                conn.pgconn.trace(out.fileno())
+                conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+            try:
+                context = await store.run_context(session.id, "main", 60, 20)
+            finally:
+                with pool.connection() as conn:
+                    conn.pgconn.untrace()
+    finally:
+        await store.close()
+    assert [row.content for row in context.rows] == ["second question"]
+    assert context.summary is not None and context.summary.content == "they asked a first question"
+    assert (context.loaded_groups, context.memories, context.answered_upto) == ({"web"}, ["likes tea"], first)
+    sides = [line.split("\t")[0] for line in trace.read_text().splitlines()]  # F: client, B: server
+    round_trips = sum(1 for sent, answer in itertools.pairwise(sides) if (sent, answer) == ("F", "B"))
+    assert round_trips == 2, trace.read_text()
+
+
+async def test_a_snapshot_read_that_fails_raises_its_error_and_leaves_the_connection_usable(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Snapshot reads run in pipeline mode, where a failed statement aborts what was sent after it:
+    the caller gets the statement's own error, the transaction is rolled back, nothing is logged, and
+    the pool's one connection serves the next read."""
+    store = PostgresStore(url, pool_size=1)
+    await store.open()
+    try:
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            await store.engine.read(
+                lambda conn: [conn.execute("SELECT 1 FROM nowhere"), conn.execute("SELECT 2").fetchall()],
+                snapshot=True,
+            )
+        with pytest.raises(ZeroDivisionError):
+            await store.engine.read(lambda conn: (conn.execute("SELECT 3"), 1 / 0), snapshot=True)
+        again = await store.engine.read(lambda conn: conn.execute("SELECT 4").fetchall(), snapshot=True)
+        status = await store.engine.read(lambda conn: conn.execute("SELECT 5").fetchall())
+    finally:
+        await store.close()
+    assert (again, status) == ([(4,)], [(5,)])
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
