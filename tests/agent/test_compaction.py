@@ -13,11 +13,12 @@ from bridge.agent.history import Turn, split_turns
 from bridge.agent.trace import format_trace
 from bridge.config.agent import AgentSettings
 from bridge.llm.base import ChatMessage
-from bridge.store.base import NewSummary, ToolExchange
+from bridge.store.base import ToolExchange
 from bridge.store.sqlite import SQLiteStore
 from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import Harness, running_bridge
+from tests.stores import summarise
 
 SUMMARY_HEAD = SUMMARY_SYSTEM.split("{", 1)[0]
 PADDING = "x" * 250
@@ -269,17 +270,7 @@ async def test_the_replay_after_a_summary_keeps_a_late_message_and_the_answer_to
         turns = split_turns(found.rows, 1000)
         assert [t.upto for t in turns] == [first, second] and found.finished_upto == second
         assert [m.role for m in turns[0].messages] == ["user", "assistant", "tool", "assistant"]
-        await store.record_compaction(
-            "c",
-            session.id,
-            started_at=0.0,
-            status="ok",
-            error=None,
-            trace=None,
-            prompt_tokens=0,
-            completion_tokens=0,
-            summary=NewSummary(first, "the first turn", 1, 10),
-        )
+        await summarise(store, session.id, first, "the first turn")
         context = await store.run_context(session.id, "main", 60, 0)
     finally:
         await store.close()

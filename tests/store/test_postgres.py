@@ -14,7 +14,7 @@ import pytest
 
 from bridge.errors import StoreError
 from bridge.store import postgres as postgres_module
-from bridge.store.base import NewSummary, OutboxItem, ToolExchange
+from bridge.store.base import OutboxItem, ToolExchange
 from bridge.store.claims import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
 from bridge.store.messages import LOADS_SQL
 from bridge.store.migrations import MIGRATIONS
@@ -23,6 +23,7 @@ from bridge.store.pg_migrations import PG_MIGRATIONS
 from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import dumps
 from tests.pg import PostgresServer, free_port, postgres_server
+from tests.stores import summarise
 
 
 @pytest.fixture
@@ -307,17 +308,7 @@ async def test_a_runs_context_is_read_in_one_round_trip_then_its_commit(url: str
         await store.finish_run("r1", "ok", reply=(session.id, "first answer"))
         second = await store.add_user_message(session.id, "second question")
         assert first is not None and second is not None
-        await store.record_compaction(
-            "k1",
-            session.id,
-            started_at=0.0,
-            status="ok",
-            error=None,
-            trace=None,
-            prompt_tokens=0,
-            completion_tokens=0,
-            summary=NewSummary(first, "they asked a first question", 1, 20),
-        )
+        await summarise(store, session.id, first, "they asked a first question")
         await store.add_memory("main", "likes tea")
         engine = store.engine
         assert isinstance(engine, postgres_module.PostgresEngine) and engine._pool is not None

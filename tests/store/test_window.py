@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from bridge.store.base import NewSummary, ToolExchange
+from bridge.store.base import ToolExchange
 from bridge.store.runs import _read_context
 from bridge.store.sqlite import SQLiteStore, dumps
 from bridge.store.tables import DatabaseStore
 from bridge.store.window import Windows
+from tests.stores import summarise
 
 LIMIT = 40
 
@@ -77,17 +78,7 @@ async def test_a_kept_window_equals_a_whole_read_after_every_turn_summary_and_in
                 # Compaction summarises turns already answered, up to the newest answered message.
                 answered = (await store.run_context(session.id, "", LIMIT, 0)).answered_upto
                 if answered:
-                    await store.record_compaction(
-                        f"c{step}",
-                        session.id,
-                        started_at=0.0,
-                        status="ok",
-                        error=None,
-                        trace=None,
-                        prompt_tokens=0,
-                        completion_tokens=0,
-                        summary=NewSummary(answered, f"summary {step}", 1, 10),
-                    )
+                    await summarise(store, session.id, answered, f"summary {step}", run_id=f"c{step}")
             # What the next run starts from: the kept window, topped up, against a whole read.
             kept = await store.run_context(session.id, "", LIMIT, 0)
             assert (
