@@ -71,6 +71,11 @@ async def test_loading_a_group_lists_its_tools_and_makes_them_usable_in_the_same
     assert h.request_tools(1) == [*CORE_TOOLS, "pdf_info", "pdf_extract_text"]
     assert tool_messages(fake_llm.requests[2])[-1] == '{"path": "a.pdf", "pages": 3}'
     assert h.sender.of("reply") == ["3 pages"]
+    # The system prompt, built once a run until a call loads something, says so from the next request.
+    prompts = [system_prompt(fake_llm.requests[i]) for i in range(3)]
+    assert "- pdf (loaded):" not in prompts[0]
+    assert "- pdf (loaded):" in prompts[1]
+    assert prompts[2] == prompts[1]
 
 
 async def test_loading_an_unknown_group_lists_the_available_groups(
