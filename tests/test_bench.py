@@ -122,3 +122,13 @@ def test_without_nanobot_only_bridges_side_is_measured_with_a_note_saying_how_to
     data = json.loads((tmp_path / "versus_nanobot.smoke.json").read_text())
     [round_] = data["rounds"]
     assert round_["bridge"]["turns"] > 0 and round_["nanobot"] is None and data["median_ratio"] is None
+
+
+def test_nanobots_environment_may_be_named_by_its_folder_or_its_python(tmp_path: Path) -> None:
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    assert nanobot_python(str(tmp_path / "venv")) == str(python)
+    assert nanobot_python(str(python)) == str(python)
+    # A folder without a python in it is no environment: Bridge's side alone, with the note.
+    assert nanobot_python(str(tmp_path)) is None

@@ -29,9 +29,12 @@ SMOKE_ROUNDS, SMOKE_CHATS, SMOKE_WARM_S, SMOKE_WINDOW_S = 1, 3, 0.3, 1.0
 
 
 def nanobot_python(named: str | None = None) -> str | None:
-    """The python of an environment with nanobot installed, or None."""
-    python = named or os.environ.get("BRIDGE_NANOBOT") or str(DEFAULT_NANOBOT)
-    return python if Path(python).exists() else None
+    """The python of an environment with nanobot installed, or None. An environment's folder names
+    its bin/python (a venv is easier to name than its interpreter)."""
+    python = Path(named or os.environ.get("BRIDGE_NANOBOT") or str(DEFAULT_NANOBOT))
+    if python.is_dir():
+        python = python / "bin" / "python"
+    return str(python) if python.is_file() else None
 
 
 def missing_note() -> str:
@@ -163,7 +166,9 @@ async def run(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smoke", action="store_true", help="one short round of 3 chats")
-    parser.add_argument("--nanobot", help=f"the python of nanobot's environment (default: {DEFAULT_NANOBOT})")
+    parser.add_argument(
+        "--nanobot", help=f"the python of nanobot's environment, or its folder (default: {DEFAULT_NANOBOT})"
+    )
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--chats", type=int, default=CHATS)
     parser.add_argument("--warm", type=float, default=WARM_S, help="seconds before each window opens")
