@@ -176,7 +176,8 @@ def insert_message(conn: Conn, session_id: str, kind: str, content: str, **field
         "RETURNING id",
         (session_id, kind, content, now, *fields.values()),
     ).fetchone()
-    # The session's updated_at follows in the database (trigger message_touches_session).
+    # The session's updated_at follows in the database (trigger message_touches_session; on
+    # PostgreSQL message_sequence, which also numbers the message in its session).
     return None if row is None else int(row[0])
 
 
@@ -186,15 +187,22 @@ def _written(message_id: int | None) -> int:
     return message_id
 
 
-def select_since(conn: Conn, session_id: str, since: int) -> list[MessageRow]:
-    """Every row of the session after message `since`, oldest first (a kept window's top-up)."""
+def since_sql(session_id: str, since: int, column: str) -> tuple[str, tuple[Any, ...]]:
+    """The statement (and its parameters) of every row of the session after `since` by `column`, in
+    id order: a kept window's top-up. `column` is "id" or, on PostgreSQL, "seq"."""
+    if column not in ("id", "seq"):
+        raise ValueError(f"no window is kept by {column!r}")
     columns = ", ".join(f"m.{c.strip()}" for c in _MESSAGE_COLS.split(","))
-    rows = conn.execute(
+    return (
         f"SELECT {columns}, r.input_upto FROM messages m LEFT JOIN runs r ON r.id = m.run_id "
-        "WHERE m.session_id = ? AND m.id > ? ORDER BY m.id",
+        f"WHERE m.session_id = ? AND m.{column} > ? ORDER BY m.id",
         (session_id, since),
-    ).fetchall()
-    return [MessageRow(*row) for row in rows]
+    )
+
+
+def since_rows(cursor: Cursor) -> list[MessageRow]:
+    """The rows of a since_sql statement."""
+    return [MessageRow(*row) for row in cursor.fetchall()]
 
 
 def select_history(

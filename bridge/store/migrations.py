@@ -420,6 +420,11 @@ MIGRATIONS: tuple[str, ...] = (
             WHERE id = new.session_id AND updated_at < new.created_at;
     END;
     """,
+    # 21: PostgreSQL's alone (messages numbered in commit order within a session, for its kept
+    # history windows). SQLite's ids already commit in order, so nothing changes here.
+    """
+    SELECT 1;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -370,4 +370,27 @@ PG_MIGRATIONS: tuple[str, ...] = (
     CREATE TRIGGER message_touches_session AFTER INSERT ON messages
         FOR EACH ROW EXECUTE FUNCTION bridge_message_touch();
     """,
+    # 21: a message takes a sequence number of its session's, under the session's row lock, which
+    # is held until the message commits: within a session the numbers commit in order, where ids
+    # may not (two transactions side by side). A kept history window is then topped up with the
+    # rows numbered since it was read (bridge.store.window), as on SQLite by id, rather than read
+    # whole every turn. A changed message (its attachments read) takes a new number, so a change
+    # another worker made is read again. The trigger also moves the session's updated_at, as 20's did.
+    """
+    ALTER TABLE sessions ADD COLUMN message_seq BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN seq BIGINT;
+    CREATE INDEX messages_by_seq ON messages (session_id, seq);
+    DROP TRIGGER message_touches_session ON messages;
+    DROP FUNCTION bridge_message_touch();
+    CREATE FUNCTION bridge_message_sequence() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE sessions SET message_seq = message_seq + 1,
+                            updated_at = GREATEST(updated_at, NEW.created_at)
+            WHERE id = NEW.session_id
+            RETURNING message_seq INTO NEW.seq;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER message_sequence BEFORE INSERT OR UPDATE OF content, media ON messages
+        FOR EACH ROW EXECUTE FUNCTION bridge_message_sequence();
+    """,
 )

@@ -298,10 +298,18 @@ def _snapshot(pool: ConnectionPool, work: Work[T]) -> T:
     while True:
         with pool.connection() as conn:
             try:
-                with conn.pipeline():
-                    conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    result = work(PgConn(conn))
-                    conn.execute(b"COMMIT")
+                with conn.pipeline() as pipeline:
+                    try:
+                        conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                        result = work(PgConn(conn))
+                        conn.execute(b"COMMIT")
+                    except BaseException:
+                        # What the failure left in flight is collected here, so the pipeline ends
+                        # quietly (psycopg logs a warning for each error it meets on the way out).
+                        if not conn.broken:
+                            with contextlib.suppress(psycopg.Error):
+                                pipeline.sync()
+                        raise
                 return result
             except psycopg.OperationalError:
                 if conn.broken and reconnects < MAX_RECONNECTS:

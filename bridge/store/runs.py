@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from bridge.store.base import (
     CompactionInput,
@@ -30,8 +31,8 @@ from bridge.store.messages import (
     memories_of,
     query_history,
     select_history,
-    select_memories,
-    select_since,
+    since_rows,
+    since_sql,
 )
 from bridge.store.outbox import insert_outbox
 from bridge.store.sessions import SESSION_COLS, new_id
@@ -52,13 +53,13 @@ class RunTable(MessageTable):
 
     def __init__(self, engine: Engine, *, sessions: ActiveSessions | None = None) -> None:
         super().__init__(engine, sessions=sessions)
-        # The history windows of recent sessions, topped up each turn rather than read again; only
-        # where ids commit in order (window.py says why).
-        self._windows = Windows() if engine.ids_in_commit_order else None
+        # The history windows of recent sessions, topped up each turn rather than read again, by
+        # a column in commit order (window.py says why).
+        self._windows = Windows()
+        self._order = BY_ID if engine.ids_in_commit_order else BY_SEQUENCE
 
     def _message_changed(self, session_id: str, message_id: int, content: str, media: str | None) -> None:
-        if self._windows is not None:
-            self._windows.replace(session_id, message_id, scrub(content), media)
+        self._windows.replace(session_id, message_id, scrub(content), media)
 
     async def begin_run(
         self,
@@ -120,16 +121,17 @@ class RunTable(MessageTable):
     ) -> RunContext:
         """Everything a run starts from in one trip to the database thread: the history window is the
         one the session's last run read, topped up with the rows written since, where it is kept."""
-        windows = self._windows
-        kept = windows.get(session_id) if windows is not None else None
+        windows, order = self._windows, self._order
+        kept = windows.get(session_id)
         context, window = await self._read(
-            lambda conn: _read_context(conn, session_id, memory_scope, history_limit, memory_limit, kept),
+            lambda conn: _read_context(
+                conn, order, session_id, memory_scope, history_limit, memory_limit, kept
+            ),
             snapshot=True,
             # Indexed, and at most a window's rows: cheaper on the loop than a trip to a thread.
             quick=True,
         )
-        if windows is not None:
-            windows.put(session_id, window)
+        windows.put(session_id, window)
         return context
 
     # ---------------------------------------------------------------- compaction
@@ -371,8 +373,28 @@ class RunTable(MessageTable):
         return [RunRow(*row) for row in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class Order:
+    """How a kept window finds the rows written since it was read: a messages column in commit
+    order within a session, and how far a session goes by it."""
+
+    column: str
+    # The session's newest mark by `column` (one parameter: the session's id).
+    newest_sql: str
+    # Whether the rows a top-up reads say how far it went (their newest id); a sequence number is
+    # not among a row's columns, so the session is asked.
+    rows_say_how_far: bool
+
+
+# SQLite: ids, as its writes are serialized.
+BY_ID = Order("id", "SELECT MAX(id) FROM messages WHERE session_id = ?", rows_say_how_far=True)
+# PostgreSQL: the session's message sequence, taken under its row lock (pg_migrations.py, 21).
+BY_SEQUENCE = Order("seq", "SELECT message_seq FROM sessions WHERE id = ?", rows_say_how_far=False)
+
+
 def _read_context(
     conn: Conn,
+    order: Order,
     session_id: str,
     memory_scope: str,
     history_limit: int,
@@ -380,24 +402,33 @@ def _read_context(
     kept: Window | None = None,
 ) -> tuple[RunContext, Window]:
     if kept is None:
-        return _whole_context(conn, session_id, memory_scope, history_limit, memory_limit)
-    summary = _latest_summary(conn, session_id)
-    if kept.summary_id != (summary.id if summary else None) or kept.limit != history_limit:
+        return _whole_context(conn, order, session_id, memory_scope, history_limit, memory_limit)
+    summary = conn.execute(_LATEST_SUMMARY_SQL, (session_id,))
+    newest = None if order.rows_say_how_far else conn.execute(order.newest_sql, (session_id,))
+    new = conn.execute(*since_sql(session_id, kept.last, order.column))
+    memories = conn.execute(MEMORIES_SQL, (memory_scope, memory_limit)) if memory_limit else None
+    answered = conn.execute(_ANSWERED_SQL, (session_id,))
+    found = summary.fetchone()
+    latest = SummaryRow(*found) if found else None
+    if kept.summary_id != (latest.id if latest else None) or kept.limit != history_limit:
         # After a compaction (or with another limit): the whole window again.
-        return _whole_context(conn, session_id, memory_scope, history_limit, memory_limit)
-    window = topped_up(kept, select_since(conn, session_id, kept.last_id), summary.upto if summary else 0)
-    memories = select_memories(conn, memory_scope, memory_limit) if memory_limit else []
-    return _context(window, memories, _answered_upto(conn, session_id), summary), window
+        return _whole_context(conn, order, session_id, memory_scope, history_limit, memory_limit)
+    rows = since_rows(new)
+    by_rows = rows[-1].id if rows else kept.last
+    last = int(newest.fetchone()[0] or 0) if newest is not None else by_rows
+    window = topped_up(kept, rows, latest.upto if latest else 0, last)
+    remembered = memories_of(memories.fetchall()) if memories is not None else []
+    return _context(window, remembered, int(answered.fetchone()[0] or 0), latest), window
 
 
 def _whole_context(
-    conn: Conn, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
+    conn: Conn, order: Order, session_id: str, memory_scope: str, history_limit: int, memory_limit: int
 ) -> tuple[RunContext, Window]:
-    """A first read (PostgreSQL's every read, as it keeps no windows): the whole window, and how far
-    the session goes. Every statement is sent before any result is read, none needing another's
-    result, so in PostgreSQL's pipeline mode (its snapshot reads) they go in one round trip."""
+    """A first read, or one after a compaction: the whole window, and how far the session goes.
+    Every statement is sent before any result is read, none needing another's result, so in
+    PostgreSQL's pipeline mode (its snapshot reads) they go in one round trip."""
     summary = conn.execute(_LATEST_SUMMARY_SQL, (session_id,))
-    newest = conn.execute("SELECT MAX(id) FROM messages WHERE session_id = ?", (session_id,))
+    newest = conn.execute(order.newest_sql, (session_id,))
     loads = conn.execute(LOADS_SQL, (session_id,))
     history = query_history(conn, session_id, history_limit, False, after=None)
     memories = conn.execute(MEMORIES_SQL, (memory_scope, memory_limit)) if memory_limit else None

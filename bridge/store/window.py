@@ -19,8 +19,9 @@ class Window:
     """A session's history window as its last run read it, and how far that read went."""
 
     rows: tuple[MessageRow, ...]
-    # The newest message of the session read so far (in or out of the window).
-    last_id: int
+    # How far the reads of the session went (in or out of the window), by its Order's column: the
+    # newest message id, or (PostgreSQL) the session's newest message sequence number.
+    last: int
     loaded_groups: frozenset[str]
     summary_id: int | None
     limit: int
@@ -30,9 +31,12 @@ class Window:
 class Windows:
     """Windows by session id, least recently used dropped first.
 
-    Correct only where message ids grow in commit order, so that "every row with an id above
-    last_id" is exactly what was written since: SQLite, whose writes are serialized. On PostgreSQL
-    two transactions may commit their ids out of order, so its store does not keep windows.
+    A top-up reads "every row written since", which needs a column in commit order (Order):
+    - SQLite serializes writes, so its ids commit in order;
+    - on PostgreSQL two transactions may commit their ids out of order, so a message takes a
+      sequence number of its session's (`seq`) from a trigger that holds the session's row lock
+      until it commits: within a session, those commit in order. The trigger takes a new one when
+      a message is changed, so a change another worker made is read again too.
     Messages are never deleted, only added, and a new summary (compaction) or another limit makes
     the next read a whole one. The one change to a message (its attachments read, see
     MessageTable.set_user_message) is made here too, by `replace`.
@@ -94,11 +98,18 @@ def loaded_by(
     return name if isinstance(name, str) and name else None
 
 
-def topped_up(window: Window, new: list[MessageRow], after: int) -> Window:
-    """The window with the rows written since added, the oldest dropped past its limit."""
+def topped_up(window: Window, new: list[MessageRow], after: int, last: int) -> Window:
+    """The window with the rows written since added (in id order, a changed row in place of its old
+    self), the oldest dropped past its limit; `last` is how far this read went."""
     if not new:
-        return window
-    rows = [row for row in (*window.rows, *new) if in_turns_after(row, after)][-window.limit :]
+        return dataclasses.replace(window, last=last) if last != window.last else window
+    if window.rows and new[0].id <= window.rows[-1].id:
+        # Read by sequence (PostgreSQL): a row committed late, or changed, may belong further up.
+        merged = {row.id: row for row in window.rows} | {row.id: row for row in new}
+        joined = sorted(merged.values(), key=lambda row: row.id)
+    else:
+        joined = [*window.rows, *new]
+    rows = [row for row in joined if in_turns_after(row, after)][-window.limit :]
     loads = [
         (row.tool_name, name)
         for row in new
@@ -106,7 +117,7 @@ def topped_up(window: Window, new: list[MessageRow], after: int) -> Window:
     ]
     return Window(
         tuple(rows),
-        new[-1].id,
+        last,
         window.loaded_groups | {name for tool, name in loads if tool == LOAD_TOOL_GROUP},
         window.summary_id,
         window.limit,

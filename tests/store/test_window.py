@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
 from bridge.store.base import ToolExchange
+from bridge.store.postgres import PostgresStore
 from bridge.store.runs import _read_context
-from bridge.store.sqlite import SQLiteStore, dumps
+from bridge.store.sqlite import dumps
 from bridge.store.tables import DatabaseStore
-from bridge.store.window import Windows
+from tests.pg import PostgresServer
 from tests.stores import summarise
 
 LIMIT = 40
@@ -29,7 +29,10 @@ def exchange(n: int, rng: random.Random) -> ToolExchange:
 
 
 async def whole_read(store: DatabaseStore, session_id: str) -> tuple[object, ...]:
-    context, _ = await store._read(lambda conn: _read_context(conn, session_id, "", LIMIT, 0), snapshot=True)
+    order = store._order
+    context, _ = await store._read(
+        lambda conn: _read_context(conn, order, session_id, "", LIMIT, 0), snapshot=True
+    )
     return (
         context.rows,
         context.loaded_groups,
@@ -41,59 +44,108 @@ async def whole_read(store: DatabaseStore, session_id: str) -> tuple[object, ...
 
 @pytest.mark.parametrize("seed", range(8))
 async def test_a_kept_window_equals_a_whole_read_after_every_turn_summary_and_interleaving(
-    tmp_path: Path, seed: int
+    store: DatabaseStore, seed: int
 ) -> None:
+    """On both backends: SQLite tops up by id, PostgreSQL by its sessions' message sequence."""
     rng = random.Random(seed)
-    store = SQLiteStore(tmp_path / "bridge.db")
+    session = await store.ensure_active_session("telegram:dm:1")
+    runs = 0
+    asked: list[int] = []
+    for step in range(120):
+        action = rng.random()
+        if action < 0.35:
+            asked.append(await store.add_user_message(session.id, f"message {step}") or 0)
+        elif action < 0.85:
+            # A run answers the newest message, or (followup mode) an older one while newer ones
+            # already wait: its rows then come after messages of later turns.
+            runs += 1
+            waiting = await store.next_waiting(session.id)
+            followup = waiting is not None and rng.random() < 0.3
+            started = await store.begin_run(
+                f"r{runs}",
+                session.id,
+                "telegram",
+                memory_scope="",
+                history_limit=LIMIT,
+                memory_limit=0,
+                upto=waiting[0] if followup and waiting else None,
+            )
+            if started.answers is None:
+                continue
+            for n in range(rng.randrange(3)):
+                await store.add_tool_exchange(session.id, f"r{runs}", exchange(runs * 10 + n, rng))
+            await store.finish_run(f"r{runs}", "ok", reply=(session.id, f"answer {runs}"))
+        elif action < 0.92:
+            # Compaction summarises turns already answered, up to the newest answered message.
+            answered = (await store.run_context(session.id, "", LIMIT, 0)).answered_upto
+            if answered:
+                await summarise(store, session.id, answered, f"summary {step}", run_id=f"c{step}")
+        elif action < 0.97 and asked:
+            # A message's attachments read: its text changes (the one change a message takes).
+            await store.set_user_message(session.id, rng.choice(asked), f"read at {step}", None)
+        # What the next run starts from: the kept window, topped up, against a whole read.
+        kept = await store.run_context(session.id, "", LIMIT, 0)
+        assert (
+            kept.rows,
+            kept.loaded_groups,
+            kept.loaded_skills,
+            kept.answered_upto,
+            kept.summary,
+        ) == await whole_read(store, session.id), step
+
+
+async def test_a_row_that_commits_after_a_higher_id_is_still_topped_up_in_its_place(
+    postgres: PostgresServer,
+) -> None:
+    """PostgreSQL hands out ids before their transactions commit, so a row may commit after a row
+    with a higher id was read. Here an id is taken first and written last: the kept window, topped
+    up by the session's message sequence, still holds it, where it belongs, as a whole read does."""
+    store = PostgresStore(postgres.database(), pool_size=2)
     await store.open()
     try:
-        assert isinstance(store._windows, Windows)
         session = await store.ensure_active_session("telegram:dm:1")
-        runs = 0
-        for step in range(120):
-            action = rng.random()
-            if action < 0.35:
-                await store.add_user_message(session.id, f"message {step}")
-            elif action < 0.85:
-                # A run answers the newest message, or (followup mode) an older one while newer ones
-                # already wait: its rows then come after messages of later turns.
-                runs += 1
-                waiting = await store.next_waiting(session.id)
-                followup = waiting is not None and rng.random() < 0.3
-                started = await store.begin_run(
-                    f"r{runs}",
-                    session.id,
-                    "telegram",
-                    memory_scope="",
-                    history_limit=LIMIT,
-                    memory_limit=0,
-                    upto=waiting[0] if followup and waiting else None,
-                )
-                if started.answers is None:
-                    continue
-                for n in range(rng.randrange(3)):
-                    await store.add_tool_exchange(session.id, f"r{runs}", exchange(runs * 10 + n, rng))
-                await store.finish_run(f"r{runs}", "ok", reply=(session.id, f"answer {runs}"))
-            elif action < 0.92:
-                # Compaction summarises turns already answered, up to the newest answered message.
-                answered = (await store.run_context(session.id, "", LIMIT, 0)).answered_upto
-                if answered:
-                    await summarise(store, session.id, answered, f"summary {step}", run_id=f"c{step}")
-            # What the next run starts from: the kept window, topped up, against a whole read.
-            kept = await store.run_context(session.id, "", LIMIT, 0)
-            assert (
-                kept.rows,
-                kept.loaded_groups,
-                kept.loaded_skills,
-                kept.answered_upto,
-                kept.summary,
-            ) == await whole_read(store, session.id), step
+        [(late,)] = await store._rows("SELECT nextval(pg_get_serial_sequence('messages', 'id'))")
+        for n in range(3):
+            await store.add_user_message(session.id, f"message {n}")
+        before = await store.run_context(session.id, "", LIMIT, 0)
+        assert [row.content for row in before.rows] == ["message 0", "message 1", "message 2"]
+        await store.engine.write(
+            lambda conn: conn.execute(
+                "INSERT INTO messages (id, session_id, kind, content, created_at) OVERRIDING SYSTEM "
+                "VALUE VALUES (?, ?, 'user', 'the late one', 1)",
+                (late, session.id),
+            )
+        )
+        kept = await store.run_context(session.id, "", LIMIT, 0)
+        assert [row.content for row in kept.rows] == ["the late one", "message 0", "message 1", "message 2"]
+        assert (kept.rows, kept.loaded_groups, kept.loaded_skills, kept.answered_upto, kept.summary) == (
+            await whole_read(store, session.id)
+        )
     finally:
         await store.close()
 
 
-async def test_postgresql_reads_the_whole_window_every_time(tmp_path: Path) -> None:
-    """Its ids may commit out of order (two transactions side by side), so a top-up could miss a row."""
-    from bridge.store.postgres import PostgresEngine
-
-    assert not PostgresEngine("postgresql://nowhere/db").ids_in_commit_order
+async def test_a_message_another_worker_changed_is_read_again_into_the_kept_window(
+    postgres: PostgresServer,
+) -> None:
+    """A message's attachments are read (and its text changed) by the worker that answers it,
+    which may not be the one whose window holds it: the change takes a new sequence number."""
+    url = postgres.database()
+    first, second = PostgresStore(url, pool_size=2), PostgresStore(url, pool_size=2)
+    await first.open()
+    await second.open()
+    try:
+        session = await first.ensure_active_session("telegram:dm:1")
+        photo = await first.add_user_message(session.id, "[photo]")
+        await first.add_user_message(session.id, "and another")
+        assert photo is not None
+        assert [row.content for row in (await first.run_context(session.id, "", LIMIT, 0)).rows] == [
+            "[photo]",
+            "and another",
+        ]
+        await second.set_user_message(session.id, photo, "[photo: a cat on a mat]", None)
+        kept = await first.run_context(session.id, "", LIMIT, 0)
+        assert [row.content for row in kept.rows] == ["[photo: a cat on a mat]", "and another"]
+    finally:
+        await first.close()
+        await second.close()
