@@ -75,7 +75,8 @@ class MessageTable(SessionTable):
         self._message_changed(session_id, message_id, content, media)
 
     def _message_changed(self, session_id: str, message_id: int, content: str, media: str | None) -> None:
-        """Hook for a store that keeps history windows: the row it holds is replaced (SQLite)."""
+        """Hook for a store that keeps history windows: the row this process holds is replaced (other
+        workers' windows, on PostgreSQL, read it again: the change takes a new sequence number)."""
 
     async def add_assistant_message(self, session_id: str, run_id: str | None, content: str) -> int:
         return await self._add(
