@@ -301,7 +301,7 @@ def _snapshot(pool: ConnectionPool, work: Work[T]) -> T:
                 with conn.pipeline() as pipeline:
                     try:
                         conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                        result = work(PgConn(conn))
+                        result = work(PgConn(conn, pipeline))
                         conn.execute(b"COMMIT")
                     except BaseException:
                         # What the failure left in flight is collected here, so the pipeline ends
@@ -326,7 +326,8 @@ def _snapshot(pool: ConnectionPool, work: Work[T]) -> T:
 class Writer(JobThread):
     """The engine's writes, on one thread: those queued while a transaction runs are committed
     together in the next one, as SQLite's engine does, so a loop pass's writes cost one BEGIN and one
-    COMMIT rather than one of each apiece, and one thread rather than ten contend for the GIL.
+    COMMIT rather than one of each apiece, and one thread rather than ten contend for the GIL. The
+    transaction runs in pipeline mode (_together): its round trips are the results its writes read.
 
     No savepoints (each would be a round trip of its own): when any write of a batch fails, the batch
     is rolled back and each of its writes run again alone (the tables' writes have no effects outside
@@ -351,14 +352,14 @@ class Writer(JobThread):
                 return
 
     def _commit(self, batch: list[Job]) -> list[Outcome]:
-        if len(batch) > 1:
-            try:
-                with self._pool.connection() as conn:
-                    together = _together(conn, batch)
-            except Exception:  # no connection: each job, run alone, says why
-                together = None
-            if together is not None:
-                return [self._mapped(outcome) for outcome in together]
+        # A batch of one too: in pipeline mode its transaction takes fewer round trips than alone.
+        try:
+            with self._pool.connection() as conn:
+                together = _together(conn, batch)
+        except Exception:  # no connection: each job, run alone, says why
+            together = None
+        if together is not None:
+            return [self._mapped(outcome) for outcome in together]
         return [self._alone(job) for job in batch]
 
     def _alone(self, job: Job) -> Outcome:
@@ -379,22 +380,47 @@ class Writer(JobThread):
 
 
 def _together(conn: psycopg.Connection[Any], batch: list[Job]) -> list[Outcome] | None:
-    """`batch` as one transaction on `conn`: each job's outcome, or None when one failed before COMMIT
-    (rolled back: run them again alone)."""
-    wrapped = PgConn(conn)
+    """`batch` as one transaction on `conn`, in psycopg's pipeline mode: each job's outcome, or None
+    when one failed before COMMIT (rolled back: run them again alone).
+
+    In pipeline mode a statement is sent without waiting for the answers to those before it: BEGIN
+    goes out with the first statement whose result a job reads, and the statements after the last
+    such read go out with COMMIT. A batch of writes that read nothing back (delivery marks) is one
+    round trip; one that does is a round trip per read, plus COMMIT's (the last trip but for COMMIT
+    is saved either way, as is BEGIN's).
+
+    A failed statement aborts what was sent after it, and its error surfaces where the next result
+    is read, which may be another job's: the batch is then run again alone, as for any failure, and
+    each job's error is its own again. Once COMMIT was sent, a connection that dies before its answer
+    came may have committed: every job gets the error and none is run again, as when COMMIT alone
+    failed before."""
+    import psycopg
+
+    committing = False
     try:
-        conn.execute(b"BEGIN")
-        values = [job.fn(wrapped) for job in batch]
-    except Exception:  # each job, run alone, says what is wrong with it
-        if not conn.closed:
-            # A broken connection fails this too: the pool replaces it.
+        with conn.pipeline() as pipeline:
+            try:
+                conn.execute(b"BEGIN")
+                wrapped = PgConn(conn, pipeline)
+                values = [job.fn(wrapped) for job in batch]
+                committing = True
+                conn.execute(b"COMMIT")
+            except BaseException:
+                # What the failure left in flight is collected here, so the pipeline ends quietly
+                # (psycopg logs a warning for each error it meets on the way out).
+                if not conn.broken:
+                    with contextlib.suppress(psycopg.Error):
+                        pipeline.sync()
+                raise
+    except Exception as exc:
+        if committing and conn.broken:
+            return [Outcome(job, error=exc) for job in batch]
+        # Rolled back out of the pipeline: in it, a ROLLBACK after a failure is refused too. A broken
+        # connection is not: the server dropped the transaction, and the pool replaces it.
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(Exception):
                 conn.execute(b"ROLLBACK")
         return None
-    try:
-        conn.execute(b"COMMIT")
-    except Exception as exc:  # may have committed: every job's error, none run again
-        return [Outcome(job, error=exc) for job in batch]
     return [Outcome(job, value) for job, value in zip(batch, values, strict=True)]
 
 

@@ -77,13 +77,14 @@ class RunTable(MessageTable):
         def claim(conn: Conn) -> tuple[int, str] | None:
             """The newest user message (up to `upto`), unless an earlier run took it up; the run
             row claims it. Small indexed reads only: this runs on the writer (see below)."""
-            bound, params = (" AND id <= ?", (session_id, upto)) if upto is not None else ("", (session_id,))
+            bound, params = (" AND id <= ?", (upto,)) if upto is not None else ("", ())
+            # How far runs answered, in the same statement: one round trip, not two.
             newest = conn.execute(
-                f"SELECT id, content FROM messages WHERE session_id = ? AND kind = 'user'{bound} "
-                "ORDER BY id DESC LIMIT 1",
-                params,
+                f"SELECT id, content, ({_ANSWERED_SQL}) FROM messages WHERE session_id = ? "
+                f"AND kind = 'user'{bound} ORDER BY id DESC LIMIT 1",
+                (session_id, session_id, *params),
             ).fetchone()
-            if newest is None or (not force and newest[0] <= _answered_upto(conn, session_id)):
+            if newest is None or (not force and newest[0] <= (newest[2] or 0)):
                 return None
             input_hash = hashlib.sha256(newest[1].encode()).hexdigest()
             conn.execute(

@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from bridge.errors import StoreError
 from bridge.store import postgres as postgres_module
 from bridge.store.base import OutboxItem, ToolExchange
+from bridge.store.batch import Job
 from bridge.store.claims import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
 from bridge.store.messages import LOADS_SQL
 from bridge.store.migrations import MIGRATIONS
@@ -24,6 +26,8 @@ from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import dumps
 from tests.pg import PostgresServer, free_port, postgres_server
 from tests.stores import summarise
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -293,11 +297,35 @@ async def test_writes_queued_together_commit_in_one_transaction_and_one_failing_
         await store.close()
 
 
-async def test_a_runs_context_is_read_in_one_round_trip_then_its_commit(url: str, tmp_path: Any) -> None:
+async def round_trips(store: PostgresStore, trace: Path, action: Awaitable[T]) -> tuple[T, int]:
+    """What `action` returned, and how many round trips it took on the pool's one connection (a store
+    opened with pool_size=1), counted in libpq's protocol trace: each time the server answers what
+    the client sent, after the client sent something."""
+    engine = store.engine
+    assert isinstance(engine, postgres_module.PostgresEngine) and engine._pool is not None
+    pool = engine._pool
+    # libpq writes to the file's descriptor, so it stays open until the trace ends.
+    with trace.open("w") as out:
+        with pool.connection() as conn:
+            conn.pgconn.trace(out.fileno())
+            conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            result = await action
+        finally:
+            with pool.connection() as conn:
+                conn.pgconn.untrace()
+    return result, counted(trace)
+
+
+def counted(trace: Path) -> int:
+    sides = [line.split("\t")[0] for line in trace.read_text().splitlines()]  # F: client, B: server
+    return sum(1 for sent, answer in itertools.pairwise(sides) if (sent, answer) == ("F", "B"))
+
+
+async def test_a_runs_context_is_read_in_one_round_trip_then_its_commit(url: str, tmp_path: Path) -> None:
     """Issue 34: the reads a run starts from (summary, history after it, loads, memories, how far the
     session goes and was answered) are sent together in pipeline mode, and read what they did one by
-    one. Round trips are counted in libpq's protocol trace: each time the server answers what the
-    client sent, after the client sent something."""
+    one."""
     store = PostgresStore(url, pool_size=1)
     await store.open()
     try:
@@ -310,29 +338,43 @@ async def test_a_runs_context_is_read_in_one_round_trip_then_its_commit(url: str
         assert first is not None and second is not None
         await summarise(store, session.id, first, "they asked a first question")
         await store.add_memory("main", "likes tea")
-        engine = store.engine
-        assert isinstance(engine, postgres_module.PostgresEngine) and engine._pool is not None
-        pool = engine._pool
-        trace = tmp_path / "libpq.trace"
-        # The pool's one connection (pool_size=1) is traced while the context is read; libpq writes
-        # to the file's descriptor, so it stays open until the trace ends.
-        with trace.open("w") as out:
-            with pool.connection() as conn:
-                conn.pgconn.trace(out.fileno())
-                conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
-            try:
-                context = await store.run_context(session.id, "main", 60, 20)
-            finally:
-                with pool.connection() as conn:
-                    conn.pgconn.untrace()
+        context, trips = await round_trips(
+            store, tmp_path / "libpq.trace", store.run_context(session.id, "main", 60, 20)
+        )
     finally:
         await store.close()
     assert [row.content for row in context.rows] == ["second question"]
     assert context.summary is not None and context.summary.content == "they asked a first question"
     assert (context.loaded_groups, context.memories, context.answered_upto) == ({"web"}, ["likes tea"], first)
-    sides = [line.split("\t")[0] for line in trace.read_text().splitlines()]  # F: client, B: server
-    round_trips = sum(1 for sent, answer in itertools.pairwise(sides) if (sent, answer) == ("F", "B"))
-    assert round_trips == 2, trace.read_text()
+    assert trips == 2, (tmp_path / "libpq.trace").read_text()
+
+
+async def test_a_write_transaction_takes_a_round_trip_per_result_it_reads_and_one_for_commit(
+    url: str, tmp_path: Path
+) -> None:
+    """Issue 34: the writer's transactions run in pipeline mode. BEGIN goes out with the first
+    statement, the statements after the last result a write reads go out with COMMIT: a delivery mark
+    (an UPDATE that reads nothing back) is one round trip where it was three, a run's claim (one read,
+    then its writes) two where it was six."""
+    store = PostgresStore(url, pool_size=1)
+    await store.open()
+    try:
+        session = await store.ensure_active_session("main")
+        asked = await store.add_user_message(session.id, "a question")
+        (item,) = await store.add_outbox(OutboxItem("reply", "telegram", "1", "hi", "pending"))
+        _, marking = await round_trips(store, tmp_path / "mark.trace", store.mark_outbox(item, "sent"))
+        started, claiming = await round_trips(
+            store,
+            tmp_path / "claim.trace",
+            store.begin_run("r1", session.id, None, memory_scope="main", history_limit=60, memory_limit=0),
+        )
+        (state,) = await store._rows("SELECT state FROM outbox WHERE id = ?", (item,))
+    finally:
+        await store.close()
+    assert marking == 1, (tmp_path / "mark.trace").read_text()
+    # The claim's two, then the context's read (see the test above): two more.
+    assert claiming == 4, (tmp_path / "claim.trace").read_text()
+    assert state == ("sent",) and started.answers is not None and started.answers.id == asked
 
 
 async def test_a_snapshot_read_that_fails_raises_its_error_and_leaves_the_connection_usable(
@@ -357,3 +399,67 @@ async def test_a_snapshot_read_that_fails_raises_its_error_and_leaves_the_connec
         await store.close()
     assert (again, status) == ([(4,)], [(5,)])
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def committed_alone(url: str, *works: Callable[[Any], Any]) -> tuple[list[Any], list[int]]:
+    """`works` as one batch of the writer's (a transaction in pipeline mode, run again alone where it
+    fails): each one's value or error, and the rows of table `t` after."""
+    store = PostgresStore(url, pool_size=2)
+    await store.open()
+    try:
+        await store.engine.write(lambda conn: conn.execute("CREATE TABLE t (n INTEGER PRIMARY KEY)"))
+        engine = store.engine
+        assert isinstance(engine, postgres_module.PostgresEngine) and engine._writer is not None
+        loop = asyncio.get_running_loop()
+        batch = [Job(work, "write", loop.create_future(), loop) for work in works]
+        # On the writer's own path, but called here, so the jobs are certain to share a batch.
+        outcomes = await asyncio.to_thread(engine._writer._commit, batch)
+        rows = await store._rows("SELECT n FROM t ORDER BY n")
+    finally:
+        await store.close()
+    return [o.error if o.error is not None else o.value for o in outcomes], [row[0] for row in rows]
+
+
+def insert(n: int, *, read: bool = False) -> Callable[[Any], Any]:
+    def work(conn: Any) -> Any:
+        cursor = conn.execute("INSERT INTO t (n) VALUES (?) RETURNING n", (n,))
+        return cursor.fetchone()[0] if read else n
+
+    return work
+
+
+def hang_up(*, read: bool) -> Callable[[Any], Any]:
+    """A write whose connection the server ends; `read`: it reads the statement's result (so the
+    failure surfaces before COMMIT is sent)."""
+
+    def work(conn: Any) -> Any:
+        cursor = conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return cursor.fetchall() if read else None
+
+    return work
+
+
+async def test_a_failed_statement_fails_only_its_own_write_though_another_write_read_its_error(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In pipeline mode a failed statement's error surfaces where the next result is read: here in
+    the third write. The batch is rolled back and run again alone, so the duplicate's caller gets its
+    own error, the others their values, and nothing is logged."""
+    values, rows = await committed_alone(url, insert(1), insert(1), insert(3, read=True), insert(4))
+    assert values[0] == 1 and isinstance(values[1], psycopg.errors.UniqueViolation)
+    assert values[2:] == [3, 4] and rows == [1, 3, 4]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def test_a_connection_lost_before_commit_was_sent_runs_the_writes_again_alone(url: str) -> None:
+    values, rows = await committed_alone(url, insert(1), hang_up(read=True), insert(3))
+    assert values[0] == 1 and values[2] == 3 and rows == [1, 3]
+    assert isinstance(values[1], StoreError)
+
+
+async def test_a_connection_lost_once_commit_was_sent_fails_every_write_and_runs_none_again(url: str) -> None:
+    """COMMIT went out with the statements before it; the server ended the connection before it
+    answered. It may have committed (here it did not): no write is run again, each caller is told."""
+    values, rows = await committed_alone(url, insert(1), hang_up(read=False), insert(3))
+    assert all(isinstance(value, StoreError) for value in values), values
+    assert rows == []
