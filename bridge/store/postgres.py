@@ -47,6 +47,12 @@ CLAIM_TIMEOUT_S = 2
 OPEN_TIMEOUT_S = 10.0
 # How many queued writes one transaction may carry (see Writer).
 BATCH_LIMIT = 64
+# Threads for the reads (and slow writes, claims): at most this many, whatever the pool's size. Each
+# runs psycopg's Python under the GIL, so more of them only contend for it: with 100 chats at once,
+# 10 threads cost a turn about 1 ms more CPU than 3 did (docs/performance.md), most of it outside
+# Python, in handing the GIL over. A read waiting on a slow server or query holds a thread, not the
+# loop, and the writer has its own.
+READ_THREADS = 4
 # Any fixed number: the advisory lock that lets one worker at a time migrate the schema.
 _MIGRATE_LOCK = 0x42_52_49_44_47_45  # "BRIDGE"
 
@@ -91,7 +97,7 @@ class PostgresEngine:
                 remedy="install Bridge with its PostgreSQL extra: pip install 'bridge[postgresql]'",
             ) from None
 
-        self._threads = ThreadPoolExecutor(self.pool_size, thread_name_prefix="bridge-pg")
+        self._threads = ThreadPoolExecutor(min(self.pool_size, READ_THREADS), thread_name_prefix="bridge-pg")
         # autocommit: the engine writes BEGIN and COMMIT itself, as the SQLite engine does.
         pool = ConnectionPool(
             self.url, min_size=1, max_size=self.pool_size, open=False, kwargs={"autocommit": True}
