@@ -36,7 +36,7 @@ from bridge.store.messages import (
 )
 from bridge.store.outbox import insert_outbox
 from bridge.store.sessions import SESSION_COLS, new_id
-from bridge.store.window import Window, Windows, topped_up
+from bridge.store.window import Window, Windows, holds_after, topped_up
 from bridge.text import scrub
 
 _RUN_COLS = (
@@ -411,13 +411,13 @@ def _read_context(
     answered = conn.execute(_ANSWERED_SQL, (session_id,))
     found = summary.fetchone()
     latest = SummaryRow(*found) if found else None
-    if kept.summary_id != (latest.id if latest else None) or kept.limit != history_limit:
-        # After a compaction (or with another limit): the whole window again.
+    if kept.limit != history_limit or not holds_after(kept, latest):
+        # With another limit, or after a compaction the window cannot cover: the whole window again.
         return _whole_context(conn, order, session_id, memory_scope, history_limit, memory_limit)
     rows = since_rows(new)
     by_rows = rows[-1].id if rows else kept.last
     last = int(newest.fetchone()[0] or 0) if newest is not None else by_rows
-    window = topped_up(kept, rows, latest.upto if latest else 0, last)
+    window = topped_up(kept, rows, latest.upto if latest else 0, last, latest.id if latest else None)
     remembered = memories_of(memories.fetchall()) if memories is not None else []
     return _context(window, remembered, int(answered.fetchone()[0] or 0), latest), window
 

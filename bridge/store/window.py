@@ -7,7 +7,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from bridge.store.base import MessageRow
+from bridge.store.base import MessageRow, SummaryRow
 
 # Windows of this many recently active sessions are kept (each at most [agent] history_limit rows):
 # enough for the sessions a busy bot answers at once, small next to the memory budget.
@@ -37,7 +37,8 @@ class Windows:
       sequence number of its session's (`seq`) from a trigger that holds the session's row lock
       until it commits: within a session, those commit in order. The trigger takes a new one when
       a message is changed, so a change another worker made is read again too.
-    Messages are never deleted, only added, and a new summary (compaction) or another limit makes
+    Messages are never deleted, only added. A new summary (compaction) drops the rows it covers from
+    the window's front (holds_after says when the window still holds the rest); another limit makes
     the next read a whole one. The one change to a message (its attachments read, see
     MessageTable.set_user_message) is made here too, by `replace`.
     """
@@ -98,12 +99,29 @@ def loaded_by(
     return name if isinstance(name, str) and name else None
 
 
-def topped_up(window: Window, new: list[MessageRow], after: int, last: int) -> Window:
+def holds_after(window: Window, summary: SummaryRow | None) -> bool:
+    """Whether `window`, topped up, is the session's window after `summary`, its newest: the summary
+    it was read after, or a newer one (a compaction) it reaches back to.
+
+    The window holds the newest `limit` rows in turns after its summary, by id. A newer summary only
+    drops rows from the front: every row in a turn after it has a larger id than the summary's user
+    message (a run's rows are written after the message it answers). So where the window's oldest
+    row is that message or older, or the window holds every row after its summary (it is not full),
+    the rows the newer summary keeps are all in it, or written since."""
+    if window.summary_id == (summary.id if summary else None):
+        return True
+    if summary is None or (window.summary_id is not None and summary.id < window.summary_id):
+        return False
+    return len(window.rows) < window.limit or (bool(window.rows) and window.rows[0].id <= summary.upto)
+
+
+def topped_up(window: Window, new: list[MessageRow], after: int, last: int, summary_id: int | None) -> Window:
     """The window with the rows written since added (in id order, a changed row in place of its old
-    self), the oldest dropped past its limit; `last` is how far this read went."""
-    if not new:
+    self), the oldest dropped past its limit and those in turns up to `after`, the user message its
+    summary (`summary_id`) covers up to; `last` is how far this read went."""
+    if not new and summary_id == window.summary_id:
         return dataclasses.replace(window, last=last) if last != window.last else window
-    if window.rows and new[0].id <= window.rows[-1].id:
+    if new and window.rows and new[0].id <= window.rows[-1].id:
         # Read by sequence (PostgreSQL): a row committed late, or changed, may belong further up.
         merged = {row.id: row for row in window.rows} | {row.id: row for row in new}
         joined = sorted(merged.values(), key=lambda row: row.id)
@@ -119,7 +137,7 @@ def topped_up(window: Window, new: list[MessageRow], after: int, last: int) -> W
         tuple(rows),
         last,
         window.loaded_groups | {name for tool, name in loads if tool == LOAD_TOOL_GROUP},
-        window.summary_id,
+        summary_id,
         window.limit,
         window.loaded_skills | {name for tool, name in loads if tool == LOAD_SKILL},
     )

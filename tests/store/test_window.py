@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
+from bridge.store import runs as runs_module
 from bridge.store.base import ToolExchange
 from bridge.store.postgres import PostgresStore
 from bridge.store.runs import _read_context
@@ -76,10 +78,12 @@ async def test_a_kept_window_equals_a_whole_read_after_every_turn_summary_and_in
                 await store.add_tool_exchange(session.id, f"r{runs}", exchange(runs * 10 + n, rng))
             await store.finish_run(f"r{runs}", "ok", reply=(session.id, f"answer {runs}"))
         elif action < 0.92:
-            # Compaction summarises turns already answered, up to the newest answered message.
+            # Compaction summarises turns already answered: the oldest (so the window may still
+            # reach back to where the summary ends), or up to the newest answered message.
             answered = (await store.run_context(session.id, "", LIMIT, 0)).answered_upto
             if answered:
-                await summarise(store, session.id, answered, f"summary {step}", run_id=f"c{step}")
+                upto = rng.choice([n for n in asked if n <= answered])
+                await summarise(store, session.id, upto, f"summary {step}", run_id=f"c{step}")
         elif action < 0.97 and asked:
             # A message's attachments read: its text changes (the one change a message takes).
             await store.set_user_message(session.id, rng.choice(asked), f"read at {step}", None)
@@ -149,3 +153,40 @@ async def test_a_message_another_worker_changed_is_read_again_into_the_kept_wind
     finally:
         await first.close()
         await second.close()
+
+
+async def test_after_a_compaction_of_the_oldest_turns_the_window_is_topped_up_not_read_whole(
+    store: DatabaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction summarises the oldest half of a full window: the window still holds every row
+    after the summary, so the next run drops the summarised turns from it rather than read it all."""
+    session = await store.ensure_active_session("telegram:dm:1")
+    asked = []
+    for turn in range(LIMIT // 2):
+        asked.append(await store.add_user_message(session.id, f"message {turn}"))
+        await store.begin_run(
+            f"r{turn}", session.id, "telegram", memory_scope="", history_limit=LIMIT, memory_limit=0
+        )
+        await store.finish_run(f"r{turn}", "ok", reply=(session.id, f"answer {turn}"))
+    before = await store.run_context(session.id, "", LIMIT, 0)
+    assert len(before.rows) == LIMIT
+    middle = asked[len(asked) // 2]
+    assert middle is not None
+    await summarise(store, session.id, middle, "the first half")
+    whole = runs_module._whole_context
+    wholes: list[tuple[Any, ...]] = []
+
+    def counted(*args: Any) -> Any:
+        wholes.append(args)
+        return whole(*args)
+
+    monkeypatch.setattr(runs_module, "_whole_context", counted)
+    kept = await store.run_context(session.id, "", LIMIT, 0)
+    assert wholes == []
+    assert kept.summary is not None and kept.summary.content == "the first half"
+    assert [row.content for row in kept.rows][:2] == [
+        f"message {len(asked) // 2 + 1}",
+        f"answer {len(asked) // 2 + 1}",
+    ]
+    rows, *_, summary = await whole_read(store, session.id)
+    assert (kept.rows, kept.summary) == (rows, summary)
