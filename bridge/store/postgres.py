@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -304,18 +304,10 @@ def _snapshot(pool: ConnectionPool, work: Work[T]) -> T:
     while True:
         with pool.connection() as conn:
             try:
-                with conn.pipeline() as pipeline:
-                    try:
-                        conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                        result = work(PgConn(conn, pipeline))
-                        conn.execute(b"COMMIT")
-                    except BaseException:
-                        # What the failure left in flight is collected here, so the pipeline ends
-                        # quietly (psycopg logs a warning for each error it meets on the way out).
-                        if not conn.broken:
-                            with contextlib.suppress(psycopg.Error):
-                                pipeline.sync()
-                        raise
+                with _pipelined(conn) as pipeline:
+                    conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    result = work(PgConn(conn, pipeline))
+                    conn.execute(b"COMMIT")
                 return result
             except psycopg.OperationalError:
                 if conn.broken and reconnects < MAX_RECONNECTS:
@@ -323,10 +315,7 @@ def _snapshot(pool: ConnectionPool, work: Work[T]) -> T:
                     continue
                 raise
             finally:
-                # A failed statement leaves the transaction open and aborted. It is ended here, once
-                # out of the pipeline: in it, a ROLLBACK after the failure would be refused too.
-                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.execute(b"ROLLBACK")
+                _roll_back(conn)
 
 
 class Writer(JobThread):
@@ -400,34 +389,48 @@ def _together(conn: psycopg.Connection[Any], batch: list[Job]) -> list[Outcome] 
     each job's error is its own again. Once COMMIT was sent, a connection that dies before its answer
     came may have committed: every job gets the error and none is run again, as when COMMIT alone
     failed before."""
-    import psycopg
-
     committing = False
     try:
-        with conn.pipeline() as pipeline:
-            try:
-                conn.execute(b"BEGIN")
-                wrapped = PgConn(conn, pipeline)
-                values = [job.fn(wrapped) for job in batch]
-                committing = True
-                conn.execute(b"COMMIT")
-            except BaseException:
-                # What the failure left in flight is collected here, so the pipeline ends quietly
-                # (psycopg logs a warning for each error it meets on the way out).
-                if not conn.broken:
-                    with contextlib.suppress(psycopg.Error):
-                        pipeline.sync()
-                raise
+        with _pipelined(conn) as pipeline:
+            conn.execute(b"BEGIN")
+            wrapped = PgConn(conn, pipeline)
+            values = [job.fn(wrapped) for job in batch]
+            committing = True
+            conn.execute(b"COMMIT")
     except Exception as exc:
         if committing and conn.broken:
             return [Outcome(job, error=exc) for job in batch]
-        # Rolled back out of the pipeline: in it, a ROLLBACK after a failure is refused too. A broken
-        # connection is not: the server dropped the transaction, and the pool replaces it.
-        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            with contextlib.suppress(Exception):
-                conn.execute(b"ROLLBACK")
+        _roll_back(conn)
         return None
     return [Outcome(job, value) for job, value in zip(batch, values, strict=True)]
+
+
+@contextlib.contextmanager
+def _pipelined(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pipeline]:
+    """`conn` in pipeline mode for the block. When the block fails, what it left in flight is
+    collected before the pipeline ends, so it ends quietly (psycopg logs a warning for each error it
+    meets on the way out), and the block's error is raised."""
+    import psycopg
+
+    with conn.pipeline() as pipeline:
+        try:
+            yield pipeline
+        except BaseException:
+            if not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    pipeline.sync()
+            raise
+
+
+def _roll_back(conn: psycopg.Connection[Any]) -> None:
+    """End the transaction a failure left open (and aborted, after a failed statement). Called once
+    out of the pipeline: in it, a ROLLBACK after a failure is refused too. A broken connection has
+    none left (the server dropped it), and the pool replaces it."""
+    import psycopg
+
+    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(b"ROLLBACK")
 
 
 def _server_error(label: str, exc: BaseException) -> StoreError:
