@@ -380,9 +380,8 @@ def _together(conn: psycopg.Connection[Any], batch: list[Job]) -> list[Outcome] 
 
     In pipeline mode a statement is sent without waiting for the answers to those before it: BEGIN
     goes out with the first statement whose result a job reads, and the statements after the last
-    such read go out with COMMIT. A batch of writes that read nothing back (delivery marks) is one
-    round trip; one that does is a round trip per read, plus COMMIT's (the last trip but for COMMIT
-    is saved either way, as is BEGIN's).
+    such read go out with COMMIT. So a batch whose writes read nothing back (delivery marks) is one
+    round trip, and any other is one per result its writes read, plus COMMIT's.
 
     A failed statement aborts what was sent after it, and its error surfaces where the next result
     is read, which may be another job's: the batch is then run again alone, as for any failure, and
