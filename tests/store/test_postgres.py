@@ -401,7 +401,7 @@ async def test_a_snapshot_read_that_fails_raises_its_error_and_leaves_the_connec
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
-async def committed_alone(url: str, *works: Callable[[Any], Any]) -> tuple[list[Any], list[int]]:
+async def as_one_batch(url: str, *works: Callable[[Any], Any]) -> tuple[list[Any], list[int]]:
     """`works` as one batch of the writer's (a transaction in pipeline mode, run again alone where it
     fails): each one's value or error, and the rows of table `t` after."""
     store = PostgresStore(url, pool_size=2)
@@ -445,14 +445,14 @@ async def test_a_failed_statement_fails_only_its_own_write_though_another_write_
     """In pipeline mode a failed statement's error surfaces where the next result is read: here in
     the third write. The batch is rolled back and run again alone, so the duplicate's caller gets its
     own error, the others their values, and nothing is logged."""
-    values, rows = await committed_alone(url, insert(1), insert(1), insert(3, read=True), insert(4))
+    values, rows = await as_one_batch(url, insert(1), insert(1), insert(3, read=True), insert(4))
     assert values[0] == 1 and isinstance(values[1], psycopg.errors.UniqueViolation)
     assert values[2:] == [3, 4] and rows == [1, 3, 4]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 async def test_a_connection_lost_before_commit_was_sent_runs_the_writes_again_alone(url: str) -> None:
-    values, rows = await committed_alone(url, insert(1), hang_up(read=True), insert(3))
+    values, rows = await as_one_batch(url, insert(1), hang_up(read=True), insert(3))
     assert values[0] == 1 and values[2] == 3 and rows == [1, 3]
     assert isinstance(values[1], StoreError)
 
@@ -460,6 +460,6 @@ async def test_a_connection_lost_before_commit_was_sent_runs_the_writes_again_al
 async def test_a_connection_lost_once_commit_was_sent_fails_every_write_and_runs_none_again(url: str) -> None:
     """COMMIT went out with the statements before it; the server ended the connection before it
     answered. It may have committed (here it did not): no write is run again, each caller is told."""
-    values, rows = await committed_alone(url, insert(1), hang_up(read=False), insert(3))
+    values, rows = await as_one_batch(url, insert(1), hang_up(read=False), insert(3))
     assert all(isinstance(value, StoreError) for value in values), values
     assert rows == []
