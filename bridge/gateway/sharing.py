@@ -16,7 +16,14 @@ from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
 from bridge.gateway.lanes import Lanes
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
-from bridge.store.pg_leases import SESSION_CHANNEL, STOP_CHANNEL, LeasesLost, PgLeases
+from bridge.store.pg_leases import (
+    LISTENING,
+    NOT_LISTENING,
+    SESSION_CHANNEL,
+    STOP_CHANNEL,
+    LeasesLost,
+    PgLeases,
+)
 from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)
@@ -250,6 +257,15 @@ class WorkShare:
                 elif channel == SESSION_CHANNEL:
                     # /send, /model or /clear, maybe in another worker: read the chat's row afresh.
                     self.store.forget_session(payload)
+                elif channel == LISTENING:
+                    # Every change to a chat's row is told here from now on, so the copies are
+                    # trusted longer (those read before are dropped); and messages queued while
+                    # nothing listened are looked for.
+                    self.store.sessions_told(True)
+                    self._whole_queue = True
+                    self._wake.set()
+                elif channel == NOT_LISTENING:
+                    self.store.sessions_told(False)
                 elif payload:
                     self._name(payload)
                 else:

@@ -14,6 +14,10 @@ DEFAULT_SIZE = 2048
 # `bridge chat` and `bridge run` may share one database, and a /clear in one ends the session the
 # other holds: an entry is trusted for this long, so the other process sees the change within it.
 DEFAULT_MAX_AGE_S = 1.0
+# Trusted this long while every other process's change to a session is told to this one (a worker
+# listening on PostgreSQL, bridge.gateway.sharing): the age only bounds what no notice covers, such as
+# updated_at. At 1 s nearly every turn of a chat at a human pace read its session again.
+TOLD_MAX_AGE_S = 30.0
 
 
 class ActiveSessions:
@@ -32,7 +36,7 @@ class ActiveSessions:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.size = size
-        self.max_age_s = max_age_s
+        self.max_age_s = self._untold_age_s = max_age_s
         self._clock = clock
         self._by_key: OrderedDict[str, tuple[SessionRow, float]] = OrderedDict()
         self._key_of: dict[str, str] = {}
@@ -63,6 +67,15 @@ class ActiveSessions:
         if key is not None:
             row, stored = self._by_key[key]
             self._by_key[key] = (dataclasses.replace(row, **changes), stored)
+
+    def told(self, told: bool) -> None:
+        """Whether other processes' changes are told to this one from now on: if so, every copy held
+        is dropped (it was read before, when a change could go untold) and the next ones are trusted
+        for TOLD_MAX_AGE_S; if not, for the age it was made with again (older copies expire at once)."""
+        if told:
+            self._by_key.clear()
+            self._key_of.clear()
+        self.max_age_s = TOLD_MAX_AGE_S if told else self._untold_age_s
 
     def drop(self, key: str) -> None:
         """Forget the key's row: the next lookup reads it from the database."""

@@ -22,8 +22,12 @@ T = TypeVar("T")
 INTAKE_CHANNEL = "bridge_intake"
 # The channel a worker asks on for a chat's run to be stopped, wherever it runs (/stop, /clear).
 STOP_CHANNEL = "bridge_stop"
-# The channel a trigger notifies with a chat's key when its /send, /model or session changed.
+# The channel a trigger notifies with a chat's key when its /send, /model, route or session changed.
 SESSION_CHANNEL = "bridge_session"
+# Not the database's channels: the listener's own news, that it now listens (having connected, or
+# connected again: what was notified before may have been missed), or that it no longer does.
+LISTENING = "bridge_listening"
+NOT_LISTENING = "bridge_not_listening"
 # How long one wait for a notification lasts, so a stopping worker is never held up longer.
 LISTEN_WAIT_S = 1.0
 CONNECT_TIMEOUT_S = 5
@@ -122,17 +126,22 @@ class PgLeases:
     async def notified(self) -> list[tuple[str, str]]:
         """Wait up to LISTEN_WAIT_S for news from any worker: (channel, payload) of a message queued
         (INTAKE_CHANNEL), a chat to stop (STOP_CHANNEL) or a chat's row changed (SESSION_CHANNEL);
-        empty if none came."""
+        empty if none came. (LISTENING, "") once it listens, first and after each new connection;
+        (NOT_LISTENING, "") once that connection failed."""
         import psycopg
 
         def wait() -> list[tuple[str, str]]:
             try:
                 if self._listener is None:
                     self._listener = psycopg.connect(
-                        self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                        self.url,
+                        autocommit=True,
+                        connect_timeout=CONNECT_TIMEOUT_S,
+                        application_name=f"{self.application_name}-listen",
                     )
                     channels = (INTAKE_CHANNEL, STOP_CHANNEL, SESSION_CHANNEL)
                     self._listener.execute("; ".join(f"LISTEN {name}" for name in channels).encode())
+                    return [(LISTENING, "")]
                 found = self._listener.notifies(timeout=LISTEN_WAIT_S, stop_after=1)
                 return [(note.channel, note.payload) for note in found]
             except (psycopg.OperationalError, psycopg.InterfaceError):
@@ -140,7 +149,8 @@ class PgLeases:
                 if self._listener is not None:
                     with contextlib.suppress(Exception):
                         self._listener.close()
-                self._listener = None
+                    self._listener = None
+                    return [(NOT_LISTENING, "")]
                 time.sleep(LISTEN_WAIT_S)
                 return []
 

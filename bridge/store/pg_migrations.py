@@ -393,4 +393,24 @@ PG_MIGRATIONS: tuple[str, ...] = (
     CREATE TRIGGER message_sequence BEFORE INSERT OR UPDATE OF content, media ON messages
         FOR EACH ROW EXECUTE FUNCTION bridge_message_sequence();
     """,
+    # 22: the chat's place (its route, name, type, surface, parent) changing tells the other workers
+    # too, like its /send or /model: a worker that listens then trusts its copy of a session row for
+    # longer than one that doesn't (bridge.store.cache), and an inbound message in another worker may
+    # have moved the route its replies go to.
+    """
+    DROP TRIGGER session_changed ON sessions;
+    CREATE TRIGGER session_changed AFTER UPDATE ON sessions FOR EACH ROW
+        WHEN (OLD.send_policy IS DISTINCT FROM NEW.send_policy
+              OR OLD.model_profile IS DISTINCT FROM NEW.model_profile
+              OR OLD.voice_replies IS DISTINCT FROM NEW.voice_replies
+              OR OLD.agent IS DISTINCT FROM NEW.agent
+              OR OLD.verbosity IS DISTINCT FROM NEW.verbosity
+              OR OLD.ended_at IS DISTINCT FROM NEW.ended_at
+              OR OLD.surface IS DISTINCT FROM NEW.surface
+              OR OLD.chat_type IS DISTINCT FROM NEW.chat_type
+              OR OLD.display_name IS DISTINCT FROM NEW.display_name
+              OR OLD.last_route IS DISTINCT FROM NEW.last_route
+              OR OLD.parent_id IS DISTINCT FROM NEW.parent_id)
+        EXECUTE FUNCTION bridge_session_notify();
+    """,
 )

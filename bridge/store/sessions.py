@@ -40,6 +40,11 @@ class SessionTable(Database):
         """Another process changed the key's session: drop this process's copy of it."""
         self._active.drop(key)
 
+    def sessions_told(self, told: bool) -> None:
+        """Whether every other process's change to a session is now told to this one (through
+        forget_session), or no longer: how long this process's copies are trusted (ActiveSessions.told)."""
+        self._active.told(told)
+
     async def active_session(self, key: str) -> SessionRow | None:
         cached = self._active.get(key)
         if cached is not None:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from bridge.app import Bridge
 from bridge.events import Inbound
 from bridge.gateway import sharing
-from bridge.store.base import OutboxItem
+from bridge.store.base import OutboxItem, SessionMeta
+from bridge.store.cache import TOLD_MAX_AGE_S
 from bridge.store.intake import claim_sessions, session_lease
 from bridge.store.pg_leases import PgLeases
 from bridge.store.postgres import PostgresStore
@@ -22,6 +25,7 @@ from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import OWNER, RecordingSender, make_settings
 from tests.pg import PostgresServer
+from tests.store.test_postgres import sql
 from tests.waiting import eventually
 
 
@@ -191,6 +195,76 @@ async def test_send_off_in_another_worker_reaches_this_workers_copy_of_the_chat_
             await asyncio.sleep(0.02)
 
     await asyncio.wait_for(denied(), 10)
+
+
+class FrozenClock:
+    """The time a session copy's age is counted in, standing still: only a notice drops a copy."""
+
+    def __call__(self) -> float:
+        return 0.0
+
+
+async def route_of(bridge: Bridge, key: str, route: str) -> None:
+    """Wait until the worker's copy of the chat's row has `route`."""
+
+    async def moved() -> None:
+        while (row := await bridge.store.active_session(key)) is None or row.last_route != route:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(moved(), 10)
+
+
+async def test_a_listening_worker_keeps_its_copy_of_a_chat_until_another_worker_moves_the_chat(
+    worker: tuple[Bridge, PgLeases],
+) -> None:
+    bridge, _ = worker
+    cache = bridge.store._active
+    await eventually(lambda: cache.max_age_s == TOLD_MAX_AGE_S, "the worker listens")
+    cache._clock = FrozenClock()
+    await bridge.store.ensure_active_session("test:dm:9", SessionMeta(last_route="here"))
+    other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
+    await other.open()
+    try:
+        # A message in another thread of the chat, handled by the other worker: replies go there now.
+        await other.ensure_active_session("test:dm:9", SessionMeta(last_route="there"))
+    finally:
+        await other.close()
+    await route_of(bridge, "test:dm:9", "there")
+
+
+async def test_a_change_made_while_a_worker_was_not_listening_is_read_once_it_listens_again(
+    worker: tuple[Bridge, PgLeases], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bridge, _ = worker
+    url = bridge.settings.storage.url or ""
+    cache = bridge.store._active
+    await eventually(lambda: cache.max_age_s == TOLD_MAX_AGE_S, "the worker listens")
+    cache._clock = FrozenClock()
+    await bridge.store.ensure_active_session("test:dm:9", SessionMeta(last_route="here"))
+    other = PostgresStore(url, pool_size=1)
+    await other.open()
+    # The listener's connection is cut (a restarted server, a network cut), and its new one waits.
+    back = threading.Event()
+    connect = psycopg.connect
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        back.wait(10)
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", held)
+    try:
+        await asyncio.to_thread(
+            sql,
+            url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE '%-listen'",
+        )
+        await eventually(lambda: cache.max_age_s < TOLD_MAX_AGE_S, "the worker knows it is not listening")
+        await other.ensure_active_session("test:dm:9", SessionMeta(last_route="there"))  # told to no one
+        back.set()
+        await route_of(bridge, "test:dm:9", "there")
+    finally:
+        back.set()
+        await other.close()
 
 
 @contextlib.asynccontextmanager

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge.store.cache import ActiveSessions
+from bridge.store.base import SessionRow
+from bridge.store.cache import TOLD_MAX_AGE_S, ActiveSessions
 from bridge.store.sqlite import SQLiteStore
 
 
@@ -58,3 +59,19 @@ async def test_the_cache_keeps_only_the_most_recently_used_sessions(store: SQLit
     assert cache.get(rows[1].key) is None
     assert cache.get(rows[0].key) == rows[0] and cache.get(rows[2].key) == rows[2]
     cache.update(rows[1].id, send_policy="deny")  # not held: nothing to do, nothing raised
+
+
+def test_once_changes_are_told_copies_read_before_go_and_later_ones_are_trusted_longer() -> None:
+    clock = Clock()
+    cache = ActiveSessions(max_age_s=1.0, clock=clock)
+    cache.put(SessionRow("a", "telegram:dm:1", 0.0, 0.0))
+    cache.told(True)
+    assert cache.get("telegram:dm:1") is None  # read when a change could go untold
+    cache.put(SessionRow("a", "telegram:dm:1", 0.0, 0.0))
+    clock.now = TOLD_MAX_AGE_S - 1
+    assert cache.get("telegram:dm:1") is not None
+    cache.told(False)  # the listener's connection failed: changes may go untold again
+    assert cache.get("telegram:dm:1") is None
+    cache.put(SessionRow("a", "telegram:dm:1", 0.0, 0.0))
+    clock.now += 1.5
+    assert cache.get("telegram:dm:1") is None
