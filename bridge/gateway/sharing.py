@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
 from bridge.errors import StoreError
@@ -219,6 +219,7 @@ class WorkShare:
                 skip=set(self._serving),
                 surfaces=self.delivery.surfaces(),
                 named=named,
+                me=self.worker_id,
             )
             try:
                 claimed = await self.leases.run(work)
@@ -320,17 +321,21 @@ class WorkShare:
 
     # ---------------------------------------------------------------- one chat
 
-    async def _send_left_first(self, key: str) -> None:
+    async def _send_left_first(self, key: str, left: Collection[str | None] | None = None) -> None:
         """Before a run in `key`: what a dead worker left in that chat (a reply it had written, the
         notice of a run it cut short) is taken over now and queued in this worker's courier, ahead of
         the run's answer, rather than at the next sweep, which could come after the answer. Messages
-        another living worker took over are waited for, up to LEFT_WAIT_S."""
+        another living worker took over are waited for, up to LEFT_WAIT_S. `left`: the workers that
+        left something there, as the claim found once it held the chat (None: looked for here)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LEFT_WAIT_S
         try:
             while True:
+                # Held even when the claim found nothing: a sweep taking rows over (no longer
+                # another worker's, not yet in the courier) finishes first.
                 async with self._taking_over:
-                    left = await self.store.left_in(key, self.worker_id, self.delivery.surfaces())
+                    if left is None:
+                        left = await self.store.left_in(key, self.worker_id, self.delivery.surfaces())
                     if not left:
                         return
                     dead = [w for w in left if w is None or await self.leases.is_free(worker_lease(w))]
@@ -348,6 +353,7 @@ class WorkShare:
                 if not dead:
                     # Polled: another worker's sending has no event here.
                     await asyncio.sleep(LEASE_WAIT_S)
+                left = None
         except StoreError as exc:
             log.warning("%s: cannot look for messages a stopped worker left there: %s", key, exc)
 
@@ -356,7 +362,7 @@ class WorkShare:
         key, session = claimed.session.key, claimed.session
         waiting: tuple[int, str | None] | None = (claimed.message_id, claimed.platform_msg_id)
         try:
-            await self._send_left_first(key)
+            await self._send_left_first(key, claimed.left)
             while waiting is not None and not self.dispatcher.closing:
                 route = Route.from_json(session.last_route)
                 if route is None:

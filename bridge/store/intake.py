@@ -32,6 +32,9 @@ class Claimed:
     session: SessionRow
     message_id: int
     platform_msg_id: str | None
+    # Other workers that left the chat a run in progress or a message not yet sent (left_in_chats),
+    # looked for once its lease was taken.
+    left: frozenset[str | None] = frozenset()
 
 
 def claim_sessions(
@@ -40,6 +43,7 @@ def claim_sessions(
     skip: Collection[str],
     surfaces: Collection[str],
     named: Collection[str] | None = None,
+    me: str | None = None,
 ) -> list[Claimed]:
     """Claim up to `limit` chats with messages waiting, oldest message first, on the lease connection.
 
@@ -50,6 +54,9 @@ def claim_sessions(
     session-level advisory lock, kept after the statement) keeps the chat this worker's until it lets
     go. NO KEY: a run start's insert, which checks its foreign key to the session row, is not held up.
     Chats in `skip` (this worker runs them already) and on surfaces it cannot send on are left.
+    With `me`, the claiming worker's id, what other workers left in the chats claimed is looked for in
+    a second statement on the same trip, which sees all that was committed before their leases were
+    taken (the claim's own snapshot is older than its locks).
     """
     if limit <= 0 or not surfaces or (named is not None and not named):
         return []
@@ -77,11 +84,39 @@ def claim_sessions(
         ),
     ).fetchall()
     claimed = [Claimed(SessionRow(*row[:-3]), row[-3], row[-2]) for row in rows]
+    if claimed and me is not None:
+        left = left_in_chats(conn, [found.session.key for found in claimed], me, surfaces)
+        claimed = [dataclasses.replace(c, left=frozenset(left.get(c.session.key, ()))) for c in claimed]
     if len(claimed) == limit and rows[-1][-1] > limit:
         # Chats left over, which another worker claiming meanwhile skipped while this statement held
         # their rows: it is told to look again.
         conn.execute(f"SELECT pg_notify('{INTAKE_CHANNEL}', '')")
     return claimed
+
+
+def left_in_chats(
+    conn: Conn, keys: Collection[str], me: str, surfaces: Collection[str]
+) -> dict[str, set[str | None]]:
+    """By chat key, the workers other than `me` that left it a run in progress or a message not yet
+    sent (a reply, a notice; tool activity aside) on the given surfaces (None: rows no worker sends
+    yet). Chats with none are left out."""
+    if not keys or not surfaces:
+        return {}
+    states = ", ".join(f"'{state}'" for state in OPEN_STATES)
+    chats = ", ".join("?" * len(keys))
+    marks = ", ".join("?" * len(surfaces))
+    rows = conn.execute(
+        f"SELECT session_key, worker_id FROM outbox WHERE session_key IN ({chats}) "
+        f"AND state IN ({states}) AND kind != 'activity' AND surface IN ({marks}) "
+        "AND (worker_id IS NULL OR worker_id != ?) "
+        "UNION SELECT s.key, r.worker_id FROM runs r JOIN sessions s ON s.id = r.session_id "
+        f"WHERE s.key IN ({chats}) AND r.status = 'running' AND (r.worker_id IS NULL OR r.worker_id != ?)",
+        (*keys, *surfaces, me, *keys, me),
+    ).fetchall()
+    left: dict[str, set[str | None]] = {}
+    for key, worker in rows:
+        left.setdefault(key, set()).add(worker)
+    return left
 
 
 class IntakeTable(Database):
@@ -121,20 +156,8 @@ class IntakeTable(Database):
 
     async def left_in(self, key: str, me: str, surfaces: Collection[str]) -> set[str | None]:
         """Workers, other than `me`, that left the chat `key` a run in progress or a message not yet
-        sent (a reply, a notice; tool activity aside) on the given surfaces (None: rows no worker
-        sends yet)."""
-        if not surfaces:
-            return set()
-        states = ", ".join(f"'{state}'" for state in OPEN_STATES)
-        marks = ", ".join("?" * len(surfaces))
-        rows = await self._rows(
-            f"SELECT worker_id FROM outbox WHERE session_key = ? AND state IN ({states}) "
-            f"AND kind != 'activity' AND surface IN ({marks}) AND (worker_id IS NULL OR worker_id != ?) "
-            "UNION SELECT r.worker_id FROM runs r JOIN sessions s ON s.id = r.session_id "
-            "WHERE s.key = ? AND r.status = 'running' AND (r.worker_id IS NULL OR r.worker_id != ?)",
-            (key, *surfaces, me, key, me),
-        )
-        return {row[0] for row in rows}
+        sent (left_in_chats)."""
+        return await self._read(lambda conn: left_in_chats(conn, [key], me, surfaces).get(key, set()))
 
     async def take_over_outbox(
         self, workers: Iterable[str | None], me: str, surfaces: Collection[str]

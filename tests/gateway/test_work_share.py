@@ -339,9 +339,9 @@ async def test_a_worker_claims_only_the_chat_a_message_came_in_and_nothing_after
     the whole queue is held off here so that only these can claim."""
     claims: list[frozenset[str] | None] = []
 
-    def recorded(conn: Any, limit: int, skip: Any, surfaces: Any, named: Any = None) -> Any:
+    def recorded(conn: Any, limit: int, skip: Any, surfaces: Any, named: Any = None, **rest: Any) -> Any:
         claims.append(None if named is None else frozenset(named))
-        return claim_sessions(conn, limit, skip, surfaces, named)
+        return claim_sessions(conn, limit, skip, surfaces, named, **rest)
 
     monkeypatch.setattr(sharing, "claim_sessions", recorded)
     async with answering_worker(tmp_path, postgres) as (bridge, sender, share):

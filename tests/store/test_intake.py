@@ -192,6 +192,41 @@ async def test_a_named_claim_tries_only_the_chats_a_notification_named(
     assert [c.session.key for c in rest] == [chats[0].key, chats[1].key]
 
 
+async def test_a_claim_finds_what_other_workers_left_in_the_chats_it_took(
+    leases: tuple[PostgresStore, PgLeases, PgLeases],
+) -> None:
+    """On the claim's own trip: a reply another worker has not sent yet, a notice no worker sends yet,
+    a run a worker had in progress; not the claimer's own rows, nor tool activity (never waited for)."""
+    store, first, _ = leases
+    chats = await waiting_chats(store, 4)
+
+    def row(kind: str, chat: SessionRow, worker: str | None) -> OutboxItem:
+        return OutboxItem(kind, "telegram", "1", "hi", "pending", session_key=chat.key, worker_id=worker)
+
+    await store.add_outbox(row("reply", chats[0], "gone"))
+    await store.add_outbox(row("activity", chats[1], "gone"), row("reply", chats[1], "me"))
+    await store.add_outbox(row("notice", chats[2], None))
+    store.worker_id = "crashed"
+    await begin(store, chats[3].id, "r-crashed")
+    await store.add_user_message(chats[3].id, "and again")
+    claim = functools.partial(claim_sessions, limit=5, skip=(), surfaces=["telegram"], me="me")
+    claimed = await first.run(claim)
+    assert {c.session.key: c.left for c in claimed} == {
+        chats[0].key: {"gone"},
+        chats[1].key: set(),
+        chats[2].key: {None},
+        chats[3].key: {"crashed"},
+    }
+    # The same look, one chat at a time (a run that waits for a living worker's messages polls it).
+    assert [await store.left_in(chat.key, "me", ["telegram"]) for chat in chats] == [
+        {"gone"},
+        set(),
+        {None},
+        {"crashed"},
+    ]
+    assert await store.left_in(chats[0].key, "me", ["discord"]) == set()
+
+
 async def test_a_claim_holding_chats_rows_does_not_hold_up_a_run_starting_in_one_of_them(
     leases: tuple[PostgresStore, PgLeases, PgLeases],
 ) -> None:
