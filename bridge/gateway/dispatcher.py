@@ -23,7 +23,7 @@ from bridge.gateway.voice_out import Heard, SpokenReplies
 from bridge.live import LiveEvents
 from bridge.media.intake import MediaIntake
 from bridge.sessions.service import SessionService
-from bridge.store.base import MessageRow, OutboxItem, RunRow, SessionRow
+from bridge.store.base import MessageRow, OutboxItem, QueueFull, RunRow, SessionRow
 from bridge.text import scrub
 from bridge.tools.base import AGENT_CHANNEL
 
@@ -152,21 +152,20 @@ class Dispatcher:
         if self.share is None and self.lanes.queued(key) >= self.runs.max_queued:
             return await self._too_many(inbound.route, key)
         session = await self.sessions.active(inbound)
-        if (
-            self.share is not None
-            and await self.sessions.store.count_waiting(session.id) >= self.runs.max_queued
-        ):
-            # Sharing: the chat's queue is its intake rows, whichever worker runs it.
-            return await self._too_many(inbound.route, key)
         # Stored before any work begins: whatever happens next, the user's words are kept. In a
         # denied session too: shadow mode reads and answers, it only does not speak.
-        stored = await self.sessions.store.add_user_message(
-            session.id,
-            inbound.text,
-            sender=inbound.sender,
-            platform_msg_id=inbound.platform_msg_id,
-            media=dumps(attachments),
-        )
+        try:
+            stored = await self.sessions.store.add_user_message(
+                session.id,
+                inbound.text,
+                sender=inbound.sender,
+                platform_msg_id=inbound.platform_msg_id,
+                media=dumps(attachments),
+                # Sharing: the chat's queue is its intake rows, whichever worker runs it.
+                queue_limit=self.runs.max_queued if self.share is not None else None,
+            )
+        except QueueFull:
+            return await self._too_many(inbound.route, key)
         if stored is None:
             log.info("dropping redelivered message %s", inbound.platform_msg_id)
             return None

@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 
+class QueueFull(Exception):
+    """A chat message not stored: as many of the chat's messages wait for a run as it may hold."""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionRow:
     id: str

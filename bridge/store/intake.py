@@ -94,6 +94,11 @@ def claim_sessions(
     return claimed
 
 
+def count_waiting(conn: Conn, session_id: str) -> int:
+    """How many of the session's messages no run has taken up yet (through the intake index)."""
+    return int(conn.execute("SELECT COUNT(*) FROM intake WHERE session_id = ?", (session_id,)).fetchone()[0])
+
+
 def left_in_chats(
     conn: Conn, keys: Collection[str], me: str, surfaces: Collection[str]
 ) -> dict[str, set[str | None]]:
@@ -133,7 +138,7 @@ class IntakeTable(Database):
 
     async def count_waiting(self, session_id: str) -> int:
         """How many of the session's messages no run has taken up yet."""
-        return int(await self._scalar("SELECT COUNT(*) FROM intake WHERE session_id = ?", (session_id,)))
+        return await self._read(lambda conn: count_waiting(conn, session_id))
 
     async def drop_waiting(self, session_id: str, upto: int) -> None:
         """Take messages off the queue that a run failed on: the chat was told, and /retry redoes it."""

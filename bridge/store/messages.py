@@ -6,8 +6,9 @@ import json
 import time
 from typing import Any
 
-from bridge.store.base import Loaded, MessageRow, ToolExchange
+from bridge.store.base import Loaded, MessageRow, QueueFull, ToolExchange
 from bridge.store.engine import Conn, Cursor, T, Work, inserted_id
+from bridge.store.intake import count_waiting
 from bridge.store.sessions import SessionTable
 from bridge.store.window import LOAD_SKILL, LOAD_TOOL_GROUP, loaded_by
 from bridge.text import scrub
@@ -32,6 +33,7 @@ class MessageTable(SessionTable):
         via_session: str | None = None,
         queued: bool = True,
         media: str | None = None,
+        queue_limit: int | None = None,
     ) -> int | None:
         """Store a user message; None when the platform message id was stored before (a redelivery,
         or a second worker that received it too).
@@ -39,9 +41,14 @@ class MessageTable(SessionTable):
         A chat message also joins the intake queue, in the same transaction, until a run takes it up:
         where several workers share the database, any of them may claim it (bridge.gateway.sharing).
         `queued=False` keeps it out: a scheduled task's or a webhook's prompt, run by its caller.
+        With `queue_limit`, QueueFull if that many of the chat's messages wait already (counted in the
+        same transaction, not in a read of its own before it).
         """
 
-        def add(conn: Conn) -> int | None:
+        def add(conn: Conn) -> int | QueueFull | None:
+            if queue_limit is not None and count_waiting(conn, session_id) >= queue_limit:
+                # Returned, not raised: the other writes committed with this one go on.
+                return QueueFull(f"{queue_limit} messages of this chat wait already")
             found = insert_message(
                 conn,
                 session_id,
@@ -56,7 +63,10 @@ class MessageTable(SessionTable):
                 conn.execute("INSERT INTO intake (message_id, session_id) VALUES (?, ?)", (found, session_id))
             return found
 
-        return await self._add(session_id, add)
+        stored = await self._add(session_id, add)
+        if isinstance(stored, QueueFull):
+            raise stored
+        return stored
 
     async def set_user_message(
         self, session_id: str, message_id: int, content: str, media: str | None

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge.store.base import OutboxItem, SessionMeta, SessionRow
+from bridge.store.base import OutboxItem, QueueFull, SessionMeta, SessionRow
 from bridge.store.engine import Conn
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
 from bridge.store.pg_leases import PgLeases
@@ -41,6 +41,27 @@ async def test_a_chat_message_waits_in_intake_until_a_run_takes_it_up(store: Dat
     await begin(store, chat.id, "r1")  # answers the newest, so both
     assert await queued(store) == []
     assert await store.next_waiting(chat.id) is None
+
+
+async def test_a_message_past_its_chats_queue_limit_is_not_stored_and_the_writes_beside_it_are(
+    store: DatabaseStore,
+) -> None:
+    chat = await store.ensure_active_session("telegram:dm:1")
+    other = await store.ensure_active_session("telegram:dm:2")
+    for text in ("one", "two"):
+        await store.add_user_message(chat.id, text, queue_limit=2)
+    # Side by side, so that an engine that commits queued writes together commits these together.
+    refused, elsewhere = await asyncio.gather(
+        store.add_user_message(chat.id, "three", queue_limit=2),
+        store.add_user_message(other.id, "elsewhere", queue_limit=2),
+        return_exceptions=True,
+    )
+    assert isinstance(refused, QueueFull)
+    assert isinstance(elsewhere, int)
+    assert [m.content for m in await store.history(chat.id, 10)] == ["one", "two"]
+    assert (await store.count_waiting(chat.id), await store.count_waiting(other.id)) == (2, 1)
+    await begin(store, chat.id, "r1")  # a run takes them up: the chat has room again
+    assert await store.add_user_message(chat.id, "three", queue_limit=2) is not None
 
 
 async def test_clear_and_stop_take_a_chats_messages_off_the_queue(store: DatabaseStore) -> None:
