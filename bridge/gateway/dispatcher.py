@@ -349,7 +349,9 @@ class Dispatcher:
 
     async def run_turn(
         self, key: str, route: Route, channel: str, *, upto: int | None = None, force: bool = False
-    ) -> None:
+    ) -> bool:
+        """Answer the chat's waiting messages. True once a run took them up; False if it found nothing
+        new to answer, or failed (and the chat was told), which may have been before it took them up."""
         # Read the active session now, not when the message came: /clear may have replaced it.
         session = await self.sessions.active_for_key(key)
 
@@ -402,13 +404,13 @@ class Dispatcher:
                 await self._notice(
                     route, key, f"⚠️ Something went wrong while answering ({type(exc).__name__}). {RETRY_HINT}"
                 )
-                return
+                return False
         if display is not None:
             # Drafts of text written before tool calls get their last edit (the reply took the last).
             await display.close()
         if result.status == "skipped":
             log.debug("nothing new to answer in %s: an earlier run took the messages up", key)
-            return
+            return False
         # The reply's rows were written with the answer and go at once; the activity display finishes
         # on its own (its last edit may follow the reply), and the turn ends when both are done.
         await self.delivery.deliver(result.outbox)
@@ -421,6 +423,7 @@ class Dispatcher:
             await asyncio.wait_for(reporter.close(), ACTIVITY_CLOSE_S)
         except TimeoutError:
             log.info("the activity display of %s is still being edited; leaving it", key)
+        return True
 
     async def _speak(self, session: SessionRow, route: Route, result: RunResult, heard_voice: bool) -> None:
         """The answer spoken after its text (bridge.gateway.voice_out), in the session it answered."""

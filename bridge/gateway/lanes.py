@@ -14,7 +14,7 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 # A coroutine, not any awaitable: the lane runs it as a task so that /stop can cancel it.
-Job = Callable[[], Coroutine[Any, Any, None]]
+Job = Callable[[], Coroutine[Any, Any, object]]
 
 
 class SharedLanes(Protocol):
@@ -48,7 +48,7 @@ class _Entry:
 class _Lane:
     queue: deque[_Entry] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
-    current: asyncio.Task[None] | None = None
+    current: asyncio.Task[object] | None = None
     # Taken from the queue, waiting for a free run slot (max_concurrent_runs): still waiting.
     next: _Entry | None = None
     # When the run in progress began.

@@ -135,7 +135,7 @@ class WorkShare:
         return frozenset(self._serving)
 
     async def run_leased(
-        self, key: str, job: Callable[[], Coroutine[Any, Any, None]]
+        self, key: str, job: Callable[[], Coroutine[Any, Any, object]]
     ) -> asyncio.Future[None] | None:
         """Run `job` in the chat's lane under its lease (/retry); None if another run holds the chat."""
         if key in self._serving or not await self.leases.lock(session_lease(key)):
@@ -154,7 +154,7 @@ class WorkShare:
 
         return self.lanes.schedule(key, leased, merge=False)
 
-    async def when_leased(self, key: str, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def when_leased(self, key: str, job: Callable[[], Coroutine[Any, Any, object]]) -> None:
         """Run `job` in the chat's lane under its lease, waiting for the lease while another run holds
         the chat (an agent-to-agent turn into a chat that is busy, here or in another worker)."""
         # Polled: the lease may be another process's, and a lock's release sends no event.
@@ -371,7 +371,12 @@ class WorkShare:
                 reply_to = waiting[1].rsplit(":", 1)[-1] if waiting[1] else None
                 route = dataclasses.replace(route, reply_to=reply_to)
                 upto = waiting[0] if self.followup else None
-                await self.dispatcher.run_turn(key, route, route.surface, upto=upto)
+                took_up = await self.dispatcher.run_turn(key, route, route.surface, upto=upto)
+                if took_up and not self.followup and session.id not in self._named_while_serving:
+                    # The run took up every message that had come by its start, and each one stored
+                    # since is named by its notification, before the chat is let go (then looked
+                    # for here) or after (then claimed again): no look at the queue is needed.
+                    return
                 after = await self._next_waiting(session.id)
                 if after is not None and after[0] <= waiting[0]:
                     # The run ended before it took the message up (it failed, and said so): not

@@ -29,6 +29,13 @@ from tests.store.test_postgres import sql
 from tests.waiting import eventually
 
 
+def message(n: int) -> Inbound:
+    """The owner's message number `n` in their DM, "m<n>"."""
+    return Inbound(
+        surface="test", chat_type="dm", chat_id=OWNER, sender_id=OWNER, text=f"m{n}", message_id=str(n)
+    )
+
+
 @pytest.fixture
 async def worker(tmp_path: Path, postgres: PostgresServer) -> AsyncIterator[tuple[Bridge, PgLeases]]:
     """A sharing worker (as `bridge run` starts it on PostgreSQL), and another worker's lease connection."""
@@ -87,12 +94,6 @@ async def test_past_max_queued_a_chat_another_worker_is_busy_with_refuses_the_ne
     worker: tuple[Bridge, PgLeases],
 ) -> None:
     bridge, other = worker
-
-    def message(n: int) -> Inbound:
-        return Inbound(
-            surface="test", chat_type="dm", chat_id=OWNER, sender_id=OWNER, text=f"m{n}", message_id=str(n)
-        )
-
     key = bridge.sessions.key_for(message(0))
     # The chat is another worker's (it runs a turn there), so what comes in here waits in intake.
     assert await other.lock(session_lease(key))
@@ -301,25 +302,15 @@ async def test_a_dead_workers_reply_goes_out_before_the_answer_to_the_next_messa
             bridge.add_sender(sender)
             await bridge.recover()  # starts claiming
 
-            def message(text: str, n: int) -> Inbound:
-                return Inbound(
-                    surface="test",
-                    chat_type="dm",
-                    chat_id=OWNER,
-                    sender_id=OWNER,
-                    text=text,
-                    message_id=str(n),
-                )
-
-            key = bridge.sessions.key_for(message("m9", 9))
-            await bridge.sessions.active(message("m9", 9))
+            key = bridge.sessions.key_for(message(9))
+            await bridge.sessions.active(message(9))
             # The reply the killed worker committed with its answer to m9, never sent.
             await bridge.store.add_outbox(
                 OutboxItem(
                     "reply", "test", OWNER, "answer to: m9", "pending", session_key=key, worker_id="killed"
                 )
             )
-            await bridge.handle(message("m10", 10))
+            await bridge.handle(message(10))
 
             async def answered() -> None:
                 while "answer to: m10" not in sender.of("reply"):  # noqa: ASYNC110
@@ -375,10 +366,10 @@ async def test_a_worker_claims_only_the_chat_a_message_came_in_and_nothing_after
 async def test_a_message_that_comes_after_a_runs_last_look_at_its_queue_is_answered_once_the_chat_is_let_go(
     tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The instant between a run's last look at its chat's queue (nothing waiting) and the lease let
-    go: a message stored then is named while this worker still holds the chat, so no worker can claim
-    it then. This worker claims it again once it lets go; the look over the whole queue is held off
-    here, so nothing else would answer it."""
+    """The instant between a run's end (its last look at the chat's queue, if it made one: nothing
+    waiting) and the lease let go: a message stored then is named while this worker still holds the
+    chat, so no worker can claim it then. This worker claims it again once it lets go; the look over
+    the whole queue is held off here, so nothing else would answer it."""
     async with answering_worker(tmp_path, postgres) as (bridge, sender, share):
         monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
         inbound = Inbound(
@@ -387,18 +378,17 @@ async def test_a_message_that_comes_after_a_runs_last_look_at_its_queue_is_answe
         session = await bridge.sessions.active(inbound)
         other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
         await other.open()
-        real_next_waiting = bridge.store.next_waiting
+        real_unlock = share.leases.unlock
         slipped_in: list[int | None] = []
 
-        async def look_then_a_message_comes(session_id: str) -> tuple[int, str | None] | None:
-            found = await real_next_waiting(session_id)
-            if found is None and not slipped_in:
-                # Another worker stores the next message just after this look.
-                slipped_in.append(await other.add_user_message(session_id, "m2"))
-                await eventually(lambda: session_id in share._named_while_serving, "the notification")
-            return found
+        async def a_message_comes_then_let_go(name: str) -> None:
+            if name == session_lease(session.key) and not slipped_in:
+                # Another worker stores the next message just before the chat is let go.
+                slipped_in.append(await other.add_user_message(session.id, "m2"))
+                await eventually(lambda: session.id in share._named_while_serving, "the notification")
+            await real_unlock(name)
 
-        monkeypatch.setattr(bridge.store, "next_waiting", look_then_a_message_comes)
+        monkeypatch.setattr(share.leases, "unlock", a_message_comes_then_let_go)
         try:
             await bridge.handle(inbound)
             await eventually(lambda: "answer to: m2" in sender.of("reply"), "the answer to m2")
@@ -406,4 +396,49 @@ async def test_a_message_that_comes_after_a_runs_last_look_at_its_queue_is_answe
             await other.close()
         assert sender.of("reply") == ["answer to: m1", "answer to: m2"]
         assert slipped_in and await bridge.store.next_waiting(session.id) is None
+        await drained(bridge)
+
+
+async def test_a_turn_looks_at_its_chats_queue_again_only_when_a_message_came_in_while_it_ran(
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a run takes up every message that came by its start, so its chat's queue is looked at
+    again only for one named by a notification since (one read a turn fewer); that one is answered
+    while the chat is still held."""
+    async with answering_worker(tmp_path, postgres) as (bridge, sender, share):
+        monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
+        looks: list[str] = []
+        real_next_waiting = bridge.store.next_waiting
+
+        async def counted(session_id: str) -> tuple[int, str | None] | None:
+            looks.append(session_id)
+            return await real_next_waiting(session_id)
+
+        monkeypatch.setattr(bridge.store, "next_waiting", counted)
+
+        await bridge.handle(message(1))
+        await eventually(lambda: "answer to: m1" in sender.of("reply") and not share.serving(), "m1's turn")
+        assert looks == []
+
+        session = await bridge.sessions.active(message(2))
+        other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
+        await other.open()
+        real_run_turn = bridge.dispatcher.run_turn
+
+        async def a_message_comes_as_it_ends(*args: Any, **kwargs: Any) -> bool:
+            took_up = await real_run_turn(*args, **kwargs)
+            if not looks:
+                # Another worker stores m3 once m2's run took m2 up, before this worker lets go.
+                await other.add_user_message(session.id, "m3", platform_msg_id="test:3")
+                await eventually(lambda: session.id in share._named_while_serving, "the notification")
+            return took_up
+
+        monkeypatch.setattr(bridge.dispatcher, "run_turn", a_message_comes_as_it_ends)
+        try:
+            await bridge.handle(message(2))
+            await eventually(lambda: "answer to: m3" in sender.of("reply") and not share.serving(), "m3")
+        finally:
+            await other.close()
+        assert sender.of("reply") == ["answer to: m1", "answer to: m2", "answer to: m3"]
+        assert looks == [session.id]  # after m2's run, not after m3's
         await drained(bridge)
