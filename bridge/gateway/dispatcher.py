@@ -182,7 +182,7 @@ class Dispatcher:
             return None
         if self.share is not None:
             # Queued for every worker (its intake row was written with it): one claims the chat.
-            self.share.kick(session.id)
+            self.share.kick(session.id, stored)
             return None
         upto = stored if self.runs.queue_mode == "followup" else None
         return self.lanes.schedule(

@@ -21,7 +21,7 @@ class SharedLanes(Protocol):
     """The lanes of chats that several workers share (bridge.gateway.sharing.WorkShare): a chat's runs
     go where its lease is held. What the dispatcher and agent-to-agent turns ask of them."""
 
-    def kick(self, session_id: str) -> None:
+    def kick(self, session_id: str, message_id: int) -> None:
         """A message was stored in the shared intake for the session: claim it now rather than once
         the database's notification comes."""
 

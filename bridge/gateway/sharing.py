@@ -14,7 +14,7 @@ from bridge.errors import StoreError
 from bridge.events import Route
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
-from bridge.gateway.lanes import Lanes
+from bridge.gateway.lanes import Job, Lanes
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
 from bridge.store.pg_leases import (
     LISTENING,
@@ -97,10 +97,12 @@ class WorkShare:
         self._named: set[str] = set()
         self._whole_queue = True
         self._looked_over = 0.0
-        # The session ids of the chats this worker claimed and runs, and those of them that a
-        # notification named meanwhile: once let go, they are claimed again, since a message may have
-        # come after the run's last look at its queue.
-        self._serving_ids: set[str] = set()
+        # The session ids of the chats this worker claimed and runs (each with the newest of its
+        # messages the claim saw waiting, which the run takes up), and those of them that a
+        # notification named meanwhile with a later message: the chat's queue is looked at again
+        # before it is let go, or, once let go, it is claimed again, since the message may have come
+        # after the run's last look at its queue.
+        self._serving_ids: dict[str, int] = {}
         self._named_while_serving: set[str] = set()
         # The chats the claim in flight tries: named again meanwhile (this worker's own kick and the
         # database's notification of one message), they are not tried twice.
@@ -127,16 +129,14 @@ class WorkShare:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def kick(self, session_id: str) -> None:
+    def kick(self, session_id: str, message_id: int) -> None:
         """A message was stored here: claim its chat now rather than once the notification comes."""
-        self._name(session_id)
+        self._name(session_id, message_id)
 
     def serving(self) -> frozenset[str]:
         return frozenset(self._serving)
 
-    async def run_leased(
-        self, key: str, job: Callable[[], Coroutine[Any, Any, object]]
-    ) -> asyncio.Future[None] | None:
+    async def run_leased(self, key: str, job: Job) -> asyncio.Future[None] | None:
         """Run `job` in the chat's lane under its lease (/retry); None if another run holds the chat."""
         if key in self._serving or not await self.leases.lock(session_lease(key)):
             return None
@@ -154,7 +154,7 @@ class WorkShare:
 
         return self.lanes.schedule(key, leased, merge=False)
 
-    async def when_leased(self, key: str, job: Callable[[], Coroutine[Any, Any, object]]) -> None:
+    async def when_leased(self, key: str, job: Job) -> None:
         """Run `job` in the chat's lane under its lease, waiting for the lease while another run holds
         the chat (an agent-to-agent turn into a chat that is busy, here or in another worker)."""
         # Polled: the lease may be another process's, and a lock's release sends no event.
@@ -239,12 +239,16 @@ class WorkShare:
                     self._named |= named - {found.session.id for found in claimed}
             for found in claimed:
                 self._serving.add(found.session.key)
-                self._serving_ids.add(found.session.id)
+                self._serving_ids[found.session.id] = found.newest_id
                 self.lanes.schedule(found.session.key, functools.partial(self._serve, found), merge=False)
 
-    def _name(self, session_id: str) -> None:
-        if session_id in self._serving_ids:
-            self._named_while_serving.add(session_id)
+    def _name(self, session_id: str, message_id: int | None = None) -> None:
+        """A message is waiting in the chat (`message_id`: which one, if the notification said)."""
+        covered = self._serving_ids.get(session_id)
+        if covered is not None:
+            # One the claim saw (most often the very message it was claimed for) is the run's.
+            if message_id is None or message_id > covered:
+                self._named_while_serving.add(session_id)
         elif session_id not in self._claiming:
             self._named.add(session_id)
             self._wake.set()
@@ -268,7 +272,8 @@ class WorkShare:
                 elif channel == NOT_LISTENING:
                     self.store.sessions_told(False)
                 elif payload:
-                    self._name(payload)
+                    session_id, _, message = payload.partition(" ")
+                    self._name(session_id, int(message) if message.isdigit() else None)
                 else:
                     # Chats left over by another worker's claim (or a worker of an older version).
                     self._whole_queue = True
@@ -404,7 +409,7 @@ class WorkShare:
             # After the unlock: a claim meanwhile must not take the chat again while it is held.
             self._serving.discard(key)
         if session_id is not None:
-            self._serving_ids.discard(session_id)
+            self._serving_ids.pop(session_id, None)
             if session_id in self._named_while_serving:
                 # A message that came in after the run's last look at its queue, before the lease was
                 # let go: left to this worker, which claims the chat again.

@@ -32,6 +32,8 @@ class Claimed:
     session: SessionRow
     message_id: int
     platform_msg_id: str | None
+    # The newest of its messages waiting then: a run that starts later takes up every one up to it.
+    newest_id: int
     # Other workers that left the chat a run in progress or a message not yet sent (left_in_chats),
     # looked for once its lease was taken.
     left: frozenset[str | None] = frozenset()
@@ -66,9 +68,9 @@ def claim_sessions(
     # The leases are tried in the outer query, above the materialized candidates and below LIMIT: the
     # executor pulls candidates one at a time, so no lease is taken past the limit.
     rows = conn.execute(
-        f"WITH waiting AS (SELECT session_id, MIN(message_id) AS message_id FROM intake {only}"
-        "GROUP BY session_id ORDER BY 2 LIMIT ?), "
-        f"candidates AS MATERIALIZED (SELECT {cols}, w.message_id AS waiting_id, m.platform_msg_id "
+        "WITH waiting AS (SELECT session_id, MIN(message_id) AS message_id, MAX(message_id) AS newest "
+        f"FROM intake {only}GROUP BY session_id ORDER BY 2 LIMIT ?), "
+        f"candidates AS MATERIALIZED (SELECT {cols}, w.message_id AS waiting_id, m.platform_msg_id, w.newest "
         "FROM waiting w JOIN sessions s ON s.id = w.session_id JOIN messages m ON m.id = w.message_id "
         f"WHERE s.ended_at IS NULL AND s.surface IN ({marks}) AND s.key <> ALL(?) "
         "ORDER BY w.message_id FOR NO KEY UPDATE OF s SKIP LOCKED) "
@@ -83,7 +85,7 @@ def claim_sessions(
             limit,
         ),
     ).fetchall()
-    claimed = [Claimed(SessionRow(*row[:-3]), row[-3], row[-2]) for row in rows]
+    claimed = [Claimed(SessionRow(*row[:-4]), row[-4], row[-3], row[-2]) for row in rows]
     if claimed and me is not None:
         left = left_in_chats(conn, [found.session.key for found in claimed], me, surfaces)
         claimed = [dataclasses.replace(c, left=frozenset(left.get(c.session.key, ()))) for c in claimed]

@@ -413,4 +413,14 @@ PG_MIGRATIONS: tuple[str, ...] = (
               OR OLD.parent_id IS DISTINCT FROM NEW.parent_id)
         EXECUTE FUNCTION bridge_session_notify();
     """,
+    # 23: a queued message's notification names its id too ("<session id> <message id>"): a worker
+    # running the chat tells a message its run took up (stored before its claim) from one that came
+    # after, which calls for another look at the chat's queue (bridge.gateway.sharing).
+    """
+    CREATE OR REPLACE FUNCTION bridge_intake_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('bridge_intake', NEW.session_id || ' ' || NEW.message_id);
+        RETURN NULL;
+    END $$;
+    """,
 )

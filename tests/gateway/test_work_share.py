@@ -19,7 +19,7 @@ from bridge.gateway import sharing
 from bridge.store.base import OutboxItem, SessionMeta
 from bridge.store.cache import TOLD_MAX_AGE_S
 from bridge.store.intake import claim_sessions, session_lease
-from bridge.store.pg_leases import PgLeases
+from bridge.store.pg_leases import INTAKE_CHANNEL, PgLeases
 from bridge.store.postgres import PostgresStore
 from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI, Reply
@@ -403,10 +403,27 @@ async def test_a_turn_looks_at_its_chats_queue_again_only_when_a_message_came_in
     tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 34: a run takes up every message that came by its start, so its chat's queue is looked at
-    again only for one named by a notification since (one read a turn fewer); that one is answered
-    while the chat is still held."""
+    again only for a later one, named by its notification (one read a turn fewer); that one is
+    answered while the chat is still held. A message's notification is held here until its chat is
+    claimed, and the run waits for it, as when the database's notice comes after this worker's own
+    claim."""
+    notices: list[str] = []
+    shares: list[sharing.WorkShare] = []
+    real_notified = PgLeases.notified
+
+    async def once_claimed(leases: PgLeases) -> list[tuple[str, str]]:
+        found = await real_notified(leases)
+        mine = [payload for channel, payload in found if channel == INTAKE_CHANNEL]
+        if mine and shares:
+            await eventually(lambda: shares[0]._serving_ids, "the chat claimed")
+        notices.extend(mine)
+        return found
+
+    monkeypatch.setattr(PgLeases, "notified", once_claimed)
     async with answering_worker(tmp_path, postgres) as (bridge, sender, share):
         monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
+        shares.append(share)
+        session = await bridge.sessions.active(message(1))
         looks: list[str] = []
         real_next_waiting = bridge.store.next_waiting
 
@@ -415,30 +432,34 @@ async def test_a_turn_looks_at_its_chats_queue_again_only_when_a_message_came_in
             return await real_next_waiting(session_id)
 
         monkeypatch.setattr(bridge.store, "next_waiting", counted)
-
-        await bridge.handle(message(1))
-        await eventually(lambda: "answer to: m1" in sender.of("reply") and not share.serving(), "m1's turn")
-        assert looks == []
-
-        session = await bridge.sessions.active(message(2))
         other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
         await other.open()
         real_run_turn = bridge.dispatcher.run_turn
+        runs: list[int] = []
 
-        async def a_message_comes_as_it_ends(*args: Any, **kwargs: Any) -> bool:
+        async def after_the_notices(*args: Any, **kwargs: Any) -> bool:
+            runs.append(len(runs) + 1)
+            # Run n starts once n notices are in: m1's for the first, m1's and m2's for the second.
+            await eventually(lambda: len(notices) >= len(runs), "the notices of the messages before it")
             took_up = await real_run_turn(*args, **kwargs)
-            if not looks:
+            if len(runs) == 2:
                 # Another worker stores m3 once m2's run took m2 up, before this worker lets go.
                 await other.add_user_message(session.id, "m3", platform_msg_id="test:3")
-                await eventually(lambda: session.id in share._named_while_serving, "the notification")
+                await eventually(lambda: session.id in share._named_while_serving, "m3's notice")
             return took_up
 
-        monkeypatch.setattr(bridge.dispatcher, "run_turn", a_message_comes_as_it_ends)
+        monkeypatch.setattr(bridge.dispatcher, "run_turn", after_the_notices)
         try:
+            await bridge.handle(message(1))
+            await eventually(lambda: "answer to: m1" in sender.of("reply") and not share.serving(), "m1")
+            assert looks == []
             await bridge.handle(message(2))
             await eventually(lambda: "answer to: m3" in sender.of("reply") and not share.serving(), "m3")
         finally:
             await other.close()
         assert sender.of("reply") == ["answer to: m1", "answer to: m2", "answer to: m3"]
-        assert looks == [session.id]  # after m2's run, not after m3's
+        assert looks == [session.id]  # after m2's run, for m3; not after m3's
+        # Each names its chat and its message.
+        assert [notice.partition(" ")[0] for notice in notices] == [session.id] * 3
+        assert all(notice.partition(" ")[2].isdigit() for notice in notices)
         await drained(bridge)
