@@ -104,9 +104,9 @@ class WorkShare:
         # after the run's last look at its queue.
         self._serving_ids: dict[str, int] = {}
         self._named_while_serving: set[str] = set()
-        # The chats the claim in flight tries: named again meanwhile (this worker's own kick and the
-        # database's notification of one message), they are not tried twice.
-        self._claiming: frozenset[str] = frozenset()
+        # While a claim is in flight, the chats named meanwhile (and the message, where the notice
+        # said): whether it takes them is not known yet, so they are named again once it ends.
+        self._named_in_claim: list[tuple[str, int | None]] | None = None
         self._wake = asyncio.Event()
         self._reconnecting = asyncio.Lock()
         # One take-over at a time (the sweep's, a run's): once a run holds it, rows the sweep took
@@ -212,7 +212,6 @@ class WorkShare:
                 self._named.clear()
             else:
                 named, self._named = self._named, set()
-                self._claiming = frozenset(named)
             work = functools.partial(
                 claim_sessions,
                 limit=free,
@@ -221,6 +220,7 @@ class WorkShare:
                 named=named,
                 me=self.worker_id,
             )
+            self._named_in_claim = []
             try:
                 claimed = await self.leases.run(work)
             except LeasesLost:
@@ -230,7 +230,7 @@ class WorkShare:
                 self._whole_queue = True
                 continue
             finally:
-                self._claiming = frozenset()
+                named_in_claim, self._named_in_claim = self._named_in_claim, None
             if len(claimed) == free:
                 # Every slot taken: what was not tried is tried when one frees up.
                 if named is None:
@@ -241,6 +241,11 @@ class WorkShare:
                 self._serving.add(found.session.key)
                 self._serving_ids[found.session.id] = found.newest_id
                 self.lanes.schedule(found.session.key, functools.partial(self._serve, found), merge=False)
+            for session_id, message_id in named_in_claim:
+                # A chat the claim tried by name and did not take is another worker's (this worker's
+                # own kick and the database's notice of one message are not tried twice).
+                if named is None or session_id not in named or session_id in self._serving_ids:
+                    self._name(session_id, message_id)
 
     def _name(self, session_id: str, message_id: int | None = None) -> None:
         """A message is waiting in the chat (`message_id`: which one, if the notification said)."""
@@ -249,7 +254,9 @@ class WorkShare:
             # One the claim saw (most often the very message it was claimed for) is the run's.
             if message_id is None or message_id > covered:
                 self._named_while_serving.add(session_id)
-        elif session_id not in self._claiming:
+        elif self._named_in_claim is not None:
+            self._named_in_claim.append((session_id, message_id))
+        else:
             self._named.add(session_id)
             self._wake.set()
 
@@ -366,6 +373,8 @@ class WorkShare:
         """Answer the chat's waiting messages, oldest first, then let its lease go."""
         key, session = claimed.session.key, claimed.session
         waiting: tuple[int, str | None] | None = (claimed.message_id, claimed.platform_msg_id)
+        # The newest message known to wait, while no look at the queue has found more (None after).
+        newest: int | None = claimed.newest_id
         try:
             await self._send_left_first(key, claimed.left)
             while waiting is not None and not self.dispatcher.closing:
@@ -377,11 +386,17 @@ class WorkShare:
                 route = dataclasses.replace(route, reply_to=reply_to)
                 upto = waiting[0] if self.followup else None
                 took_up = await self.dispatcher.run_turn(key, route, route.surface, upto=upto)
-                if took_up and not self.followup and session.id not in self._named_while_serving:
-                    # The run took up every message that had come by its start, and each one stored
-                    # since is named by its notification, before the chat is let go (then looked
-                    # for here) or after (then claimed again): no look at the queue is needed.
+                if (
+                    took_up
+                    and session.id not in self._named_while_serving
+                    and (upto is None or upto == newest)
+                ):
+                    # The run took up every message that had come by its start (in followup mode:
+                    # the claim saw no other), and each one stored since is named by its notice,
+                    # before the chat is let go (then looked for here) or after (then claimed
+                    # again): no look at the queue is needed.
                     return
+                newest = None
                 after = await self._next_waiting(session.id)
                 if after is not None and after[0] <= waiting[0]:
                     # The run ended before it took the message up (it failed, and said so): not

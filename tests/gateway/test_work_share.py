@@ -270,11 +270,13 @@ async def test_a_change_made_while_a_worker_was_not_listening_is_read_once_it_li
 
 @contextlib.asynccontextmanager
 async def answering_worker(
-    tmp_path: Path, postgres: PostgresServer
+    tmp_path: Path, postgres: PostgresServer, queue_mode: str = "collect"
 ) -> AsyncIterator[tuple[Bridge, RecordingSender, sharing.WorkShare]]:
     """A sharing worker on a fresh database that answers each message "answer to: <it>", claiming."""
     async with FakeOpenAI(answer_to) as llm:
-        settings = make_settings(tmp_path, llm.base_url, storage={"url": postgres.database()})
+        settings = make_settings(
+            tmp_path, llm.base_url, storage={"url": postgres.database()}, runs={"queue_mode": queue_mode}
+        )
         async with Bridge(settings, standby=asyncio.Event()) as bridge:
             sender = RecordingSender()
             bridge.add_sender(sender)
@@ -399,8 +401,9 @@ async def test_a_message_that_comes_after_a_runs_last_look_at_its_queue_is_answe
         await drained(bridge)
 
 
+@pytest.mark.parametrize("queue_mode", ["collect", "followup"])
 async def test_a_turn_looks_at_its_chats_queue_again_only_when_a_message_came_in_while_it_ran(
-    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch, queue_mode: str
 ) -> None:
     """Issue 34: a run takes up every message that came by its start, so its chat's queue is looked at
     again only for a later one, named by its notification (one read a turn fewer); that one is
@@ -420,7 +423,7 @@ async def test_a_turn_looks_at_its_chats_queue_again_only_when_a_message_came_in
         return found
 
     monkeypatch.setattr(PgLeases, "notified", once_claimed)
-    async with answering_worker(tmp_path, postgres) as (bridge, sender, share):
+    async with answering_worker(tmp_path, postgres, queue_mode) as (bridge, sender, share):
         monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
         shares.append(share)
         session = await bridge.sessions.active(message(1))
@@ -458,8 +461,54 @@ async def test_a_turn_looks_at_its_chats_queue_again_only_when_a_message_came_in
         finally:
             await other.close()
         assert sender.of("reply") == ["answer to: m1", "answer to: m2", "answer to: m3"]
-        assert looks == [session.id]  # after m2's run, for m3; not after m3's
+        # After m2's run, for m3. In followup mode after m3's too: a look finds the oldest message
+        # waiting, not how many, so each run after one is followed by another.
+        assert looks == [session.id] * (1 if queue_mode == "collect" else 2)
         # Each names its chat and its message.
         assert [notice.partition(" ")[0] for notice in notices] == [session.id] * 3
         assert all(notice.partition(" ")[2].isdigit() for notice in notices)
+        await drained(bridge)
+
+
+async def test_a_message_named_while_its_chat_is_being_claimed_is_answered_before_the_chat_is_let_go(
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Followup mode, where a run takes up only the message it was claimed for: m2 is stored after the
+    claim read the queue (it saw m1 alone) and named while the claim is still in flight. It is
+    looked for before the chat is let go; the look over the whole queue is held off here, so nothing
+    else would answer it."""
+    async with answering_worker(tmp_path, postgres, "followup") as (bridge, sender, share):
+        monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
+        session = await bridge.sessions.active(message(1))
+        other = PostgresStore(bridge.settings.storage.url or "", pool_size=1)
+        await other.open()
+        loop = asyncio.get_running_loop()
+        real_name = share._name
+        named = threading.Condition()
+        names: list[int | None] = []
+        second: list[int | None] = []
+
+        def noted(session_id: str, message_id: int | None = None) -> None:
+            real_name(session_id, message_id)
+            with named:
+                names.append(message_id)
+                named.notify_all()
+
+        def claim_then_m2(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            claimed = claim_sessions(conn, *args, **kwargs)
+            if claimed and not second:
+                store = other.add_user_message(session.id, "m2", platform_msg_id="test:2")
+                second.append(asyncio.run_coroutine_threadsafe(store, loop).result(10))
+                with named:
+                    assert named.wait_for(lambda: second[0] in names, 10), "m2's notice"
+            return claimed
+
+        monkeypatch.setattr(share, "_name", noted)
+        monkeypatch.setattr(sharing, "claim_sessions", claim_then_m2)
+        try:
+            await bridge.handle(message(1))
+            await eventually(lambda: "answer to: m2" in sender.of("reply"), "the answer to m2")
+        finally:
+            await other.close()
+        assert sender.of("reply") == ["answer to: m1", "answer to: m2"]
         await drained(bridge)
