@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 # The channel the intake trigger notifies (pg_migrations, version 7), with "<session id> <message id>"
-# since version 23 (a session id alone before; empty: chats left over by a claim).
+# since version 22 (a session id alone before; empty: chats left over by a claim).
 INTAKE_CHANNEL = "bridge_intake"
 # The channel a worker asks on for a chat's run to be stopped, wherever it runs (/stop, /clear).
 STOP_CHANNEL = "bridge_stop"

@@ -393,10 +393,13 @@ PG_MIGRATIONS: tuple[str, ...] = (
     CREATE TRIGGER message_sequence BEFORE INSERT OR UPDATE OF content, media ON messages
         FOR EACH ROW EXECUTE FUNCTION bridge_message_sequence();
     """,
-    # 22: the chat's place (its route, name, type, surface, parent) changing tells the other workers
-    # too, like its /send or /model: a worker that listens then trusts its copy of a session row for
-    # longer than one that doesn't (bridge.store.cache), and an inbound message in another worker may
-    # have moved the route its replies go to.
+    # 22: what a worker needs to read less (bridge.gateway.sharing). The chat's place (its route, name,
+    # type, surface, parent) changing tells the other workers too, like its /send or /model: a worker
+    # that listens then trusts its copy of a session row for longer than one that doesn't
+    # (bridge.store.cache), and an inbound message in another worker may have moved the route its
+    # replies go to. And a queued message's notification names its id too ("<session id> <message
+    # id>"): a worker running the chat tells a message its run took up (stored before its claim)
+    # from one that came after, which calls for another look at the chat's queue.
     """
     DROP TRIGGER session_changed ON sessions;
     CREATE TRIGGER session_changed AFTER UPDATE ON sessions FOR EACH ROW
@@ -412,11 +415,6 @@ PG_MIGRATIONS: tuple[str, ...] = (
               OR OLD.last_route IS DISTINCT FROM NEW.last_route
               OR OLD.parent_id IS DISTINCT FROM NEW.parent_id)
         EXECUTE FUNCTION bridge_session_notify();
-    """,
-    # 23: a queued message's notification names its id too ("<session id> <message id>"): a worker
-    # running the chat tells a message its run took up (stored before its claim) from one that came
-    # after, which calls for another look at the chat's queue (bridge.gateway.sharing).
-    """
     CREATE OR REPLACE FUNCTION bridge_intake_notify() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         PERFORM pg_notify('bridge_intake', NEW.session_id || ' ' || NEW.message_id);

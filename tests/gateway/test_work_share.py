@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import pytest
 from bridge.app import Bridge
 from bridge.events import Inbound
 from bridge.gateway import sharing
-from bridge.store.base import OutboxItem, SessionMeta
+from bridge.store.base import OutboxItem, SessionMeta, SessionRow
 from bridge.store.cache import TOLD_MAX_AGE_S
 from bridge.store.intake import claim_sessions, session_lease
 from bridge.store.pg_leases import INTAKE_CHANNEL, PgLeases
@@ -191,11 +191,7 @@ async def test_send_off_in_another_worker_reaches_this_workers_copy_of_the_chat_
     finally:
         await other.close()
 
-    async def denied() -> None:
-        while (row := await bridge.store.active_session("test:dm:9")) is None or row.send_policy != "deny":  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(denied(), 10)
+    await row_becomes(bridge, "test:dm:9", lambda row: row.send_policy == "deny")
 
 
 class FrozenClock:
@@ -205,14 +201,15 @@ class FrozenClock:
         return 0.0
 
 
-async def route_of(bridge: Bridge, key: str, route: str) -> None:
-    """Wait until the worker's copy of the chat's row has `route`."""
+async def row_becomes(bridge: Bridge, key: str, wanted: Callable[[SessionRow], bool]) -> None:
+    """Wait until the worker's copy of the chat's row is as `wanted`."""
 
-    async def moved() -> None:
-        while (row := await bridge.store.active_session(key)) is None or row.last_route != route:  # noqa: ASYNC110
+    async def changed() -> None:
+        # Polled with a deadline: the worker's copy has no event for a test to wait on.
+        while (row := await bridge.store.active_session(key)) is None or not wanted(row):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
-    await asyncio.wait_for(moved(), 10)
+    await asyncio.wait_for(changed(), 10)
 
 
 async def test_a_listening_worker_keeps_its_copy_of_a_chat_until_another_worker_moves_the_chat(
@@ -230,7 +227,7 @@ async def test_a_listening_worker_keeps_its_copy_of_a_chat_until_another_worker_
         await other.ensure_active_session("test:dm:9", SessionMeta(last_route="there"))
     finally:
         await other.close()
-    await route_of(bridge, "test:dm:9", "there")
+    await row_becomes(bridge, "test:dm:9", lambda row: row.last_route == "there")
 
 
 async def test_a_change_made_while_a_worker_was_not_listening_is_read_once_it_listens_again(
@@ -262,7 +259,7 @@ async def test_a_change_made_while_a_worker_was_not_listening_is_read_once_it_li
         await eventually(lambda: cache.max_age_s < TOLD_MAX_AGE_S, "the worker knows it is not listening")
         await other.ensure_active_session("test:dm:9", SessionMeta(last_route="there"))  # told to no one
         back.set()
-        await route_of(bridge, "test:dm:9", "there")
+        await row_becomes(bridge, "test:dm:9", lambda row: row.last_route == "there")
     finally:
         back.set()
         await other.close()
