@@ -32,7 +32,8 @@ class Claimed:
     session: SessionRow
     message_id: int
     platform_msg_id: str | None
-    # The newest of its messages waiting then: a run that starts later takes up every one up to it.
+    # The newest of its messages waiting then: a run that starts later in collect mode takes up every
+    # one up to it (in followup mode, only the one it was claimed for).
     newest_id: int
     # Other workers that left the chat a run in progress or a message not yet sent (left_in_chats),
     # looked for once its lease was taken.
