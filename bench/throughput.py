@@ -17,8 +17,8 @@ from bridge.config import Settings
 from bridge.events import Inbound, Outbound, Route
 from bridge.llm.base import ChatMessage, Completion, ToolCall
 from bridge.platform import Sender
-from bridge.store.sqlite_batch import Trips
-from bridge.store.sqlite_engine import SQLiteEngine
+from bridge.store.sqlite.batch import Trips
+from bridge.store.sqlite.engine import SQLiteEngine
 
 TURNS = 20
 CONCURRENCY = (1, 100, 1_000)

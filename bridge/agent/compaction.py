@@ -17,7 +17,7 @@ from bridge.config.agent import AgentSettings
 from bridge.errors import ProviderError
 from bridge.llm.base import ChatMessage, Provider
 from bridge.store.base import CompactionInput, NewSummary, SessionRow, SummaryRow
-from bridge.store.sqlite import new_id
+from bridge.store.sessions import new_id
 from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from bridge.config.agent import LastRequest, LoopSettings
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.llm.textmode import without_calls
-from bridge.store.sqlite import dumps
+from bridge.store.messages import dumps
 from bridge.tools.base import ToolResult
 from bridge.tools.builtin.core import LOAD_TOOL_GROUP
 

@@ -35,7 +35,7 @@ from bridge.media.parts import ImageReader
 from bridge.metrics import Metrics
 from bridge.sessions.authority import Authorities, Authority
 from bridge.store.base import OutboxItem, OutboxRow, SessionRow
-from bridge.store.sqlite import new_id
+from bridge.store.sessions import new_id
 from bridge.store.tables import DatabaseStore
 from bridge.text import scrub
 from bridge.tools.base import FileSender, SessionMessenger, SubAgentSpawner, ToolContext

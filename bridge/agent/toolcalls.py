@@ -12,7 +12,7 @@ from bridge.config import Settings
 from bridge.jsonutil import loads
 from bridge.llm.base import ChatMessage, ToolCall
 from bridge.store.base import ToolExchange
-from bridge.store.sqlite import dumps
+from bridge.store.messages import dumps
 from bridge.store.tables import DatabaseStore
 from bridge.tools.arguments import validate_arguments
 from bridge.tools.base import Tool, ToolContext, ToolResult

@@ -47,7 +47,7 @@ from bridge.tools.builtin.exec import sandbox_problem
 
 if TYPE_CHECKING:
     from bridge.gateway.sharing import WorkShare
-    from bridge.store.pg_leases import PgLeases
+    from bridge.store.postgres.leases import PgLeases
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class Bridge:
         """This worker's lease connection, holding its own lock before its row is listed: another
         worker that finds the row but not the lock knows it is dead."""
         from bridge.store.intake import worker_lease
-        from bridge.store.pg_leases import PgLeases
+        from bridge.store.postgres.leases import PgLeases
 
         engine = self.store.engine
         assert isinstance(engine, PostgresEngine)

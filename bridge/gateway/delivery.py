@@ -17,7 +17,7 @@ from bridge.gateway.policy import Decision, PolicyGate
 from bridge.gateway.streaming import DraftReply, LiveReply
 from bridge.platform import Sender
 from bridge.store.base import OPEN_STATES, OutboxItem, OutboxRow, SessionRow
-from bridge.store.sqlite import new_id
+from bridge.store.sessions import new_id
 from bridge.store.tables import DatabaseStore
 
 log = logging.getLogger(__name__)

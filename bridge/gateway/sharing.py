@@ -16,7 +16,7 @@ from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
 from bridge.gateway.lanes import Job, Lanes
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
-from bridge.store.pg_leases import (
+from bridge.store.postgres.leases import (
     LISTENING,
     NOT_LISTENING,
     SESSION_CHANNEL,

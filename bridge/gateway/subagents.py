@@ -40,7 +40,7 @@ from bridge.sessions import keys
 from bridge.sessions.authority import Authority
 from bridge.sessions.service import chat_route
 from bridge.store.base import OutboxItem, SessionRow
-from bridge.store.sqlite import new_id
+from bridge.store.sessions import new_id
 from bridge.store.tables import DatabaseStore
 from bridge.tools.base import SUBAGENT_CHANNEL, ToolResult
 

@@ -2,7 +2,7 @@
 the outbox, memories, pairing, tasks and webhook events, on SQLite or PostgreSQL.
 
 `tables.DatabaseStore` is the store: one class made of one class per table (`sessions.py`,
-`messages.py`, `runs.py`, `outbox.py`, …), each method written once for both engines
-(`sqlite_engine.py`, `postgres.py`). `base.py` holds the rows it returns. May import config and the
-base modules only.
+`messages.py`, `runs.py`, `outbox.py`, …), each method written once for both backends, each a package
+of its own (`sqlite/`, `postgres/`: its engine, its migrations) that knows nothing of the other.
+`base.py` holds the rows it returns. May import config and the base modules only.
 """

@@ -1,5 +1,5 @@
 """Jobs run on a database thread and their results handed back to the event loops that asked: what
-SQLite's thread (sqlite_batch.py) and PostgreSQL's writer (postgres.py) share."""
+SQLite's thread (sqlite/batch.py) and PostgreSQL's writer (postgres/engine.py) share."""
 
 from __future__ import annotations
 

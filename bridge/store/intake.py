@@ -7,10 +7,12 @@ from collections.abc import Collection, Iterable
 
 from bridge.store.base import OPEN_STATES, OutboxItem, OutboxRow, SessionRow
 from bridge.store.engine import Conn, Database, of_workers
-from bridge.store.pg_leases import INTAKE_CHANNEL
 from bridge.store.sessions import SESSION_COLS
 
 _OUTBOX_FIELDS = tuple(f.name for f in dataclasses.fields(OutboxItem))
+# The channel the intake trigger notifies (PostgreSQL's migrations, version 7), with "<session id>
+# <message id>" since version 22 (a session id alone before; empty: chats left over by a claim).
+INTAKE_CHANNEL = "bridge_intake"
 # How many of the oldest waiting chats one claim looks at (chats busy in other workers among them).
 CLAIM_WINDOW = 200
 

@@ -389,7 +389,7 @@ class Order:
 
 # SQLite: ids, as its writes are serialized.
 BY_ID = Order("id", "SELECT MAX(id) FROM messages WHERE session_id = ?", rows_say_how_far=True)
-# PostgreSQL: the session's message sequence, taken under its row lock (pg_migrations.py, 21).
+# PostgreSQL: the session's message sequence, taken under its row lock (postgres/migrations.py, 21).
 BY_SEQUENCE = Order("seq", "SELECT message_seq FROM sessions WHERE id = ?", rows_say_how_far=False)
 
 

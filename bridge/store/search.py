@@ -213,7 +213,7 @@ def _tsquery(terms: Sequence[Term]) -> str:
 
 
 class HistorySearch(Database):
-    """search_history's read; each engine's store names its dialect (sqlite.py, postgres.py)."""
+    """search_history's read; each engine's store names its dialect (the sqlite and postgres packages)."""
 
     search_dialect: ClassVar[SearchDialect]
 

@@ -18,9 +18,9 @@ from bridge.events import Inbound
 from bridge.gateway import sharing
 from bridge.store.base import OutboxItem, SessionMeta, SessionRow
 from bridge.store.cache import TOLD_MAX_AGE_S
-from bridge.store.intake import claim_sessions, session_lease
-from bridge.store.pg_leases import INTAKE_CHANNEL, PgLeases
+from bridge.store.intake import INTAKE_CHANNEL, claim_sessions, session_lease
 from bridge.store.postgres import PostgresStore
+from bridge.store.postgres.leases import PgLeases
 from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness import OWNER, RecordingSender, make_settings

@@ -15,7 +15,7 @@ import pytest
 from bridge.errors import StoreError
 from bridge.store.engine import Conn
 from bridge.store.sqlite import SQLiteStore
-from bridge.store.sqlite_engine import SQLiteEngine
+from bridge.store.sqlite.engine import SQLiteEngine
 
 # `store` is the SQLite one here: these are about SQLite's writes.
 pytestmark = pytest.mark.sqlite_only
@@ -225,7 +225,7 @@ async def test_a_slow_write_runs_on_the_writer_thread_in_its_place(store: SQLite
 async def test_the_loop_never_checkpoints_and_the_writer_thread_does(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import bridge.store.sqlite_engine as sqlite_engine
+    import bridge.store.sqlite.engine as sqlite_engine
 
     engine = engine_of(store)
     assert await engine.on_writer(lambda conn: conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]) == 0

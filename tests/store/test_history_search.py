@@ -11,9 +11,8 @@ import psycopg
 import pytest
 
 from bridge.store.base import SessionRow, ToolExchange
-from bridge.store.migrations import MIGRATIONS
-from bridge.store.pg_migrations import PG_MIGRATIONS
 from bridge.store.postgres import PostgresStore
+from bridge.store.postgres.migrations import PG_MIGRATIONS
 from bridge.store.search import (
     MAX_TERMS,
     RANKED_MATCHES,
@@ -23,6 +22,7 @@ from bridge.store.search import (
     search_terms,
 )
 from bridge.store.sqlite import SQLiteStore
+from bridge.store.sqlite.migrations import MIGRATIONS
 from bridge.store.tables import DatabaseStore
 from tests.pg import PostgresServer
 

@@ -12,8 +12,8 @@ import pytest
 from bridge.store.base import OutboxItem, QueueFull, SessionMeta, SessionRow
 from bridge.store.engine import Conn
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
-from bridge.store.pg_leases import PgLeases
 from bridge.store.postgres import PostgresStore
+from bridge.store.postgres.leases import PgLeases
 from bridge.store.tables import DatabaseStore
 from tests.pg import PostgresServer
 

@@ -14,16 +14,15 @@ import psycopg
 import pytest
 
 from bridge.errors import StoreError
-from bridge.store import postgres as postgres_module
 from bridge.store.base import OutboxItem, ToolExchange
 from bridge.store.batch import Job
 from bridge.store.claims import CLAIM_CHECK_S, TAKEOVER_GRACE_S, WORKER_CLAIM
-from bridge.store.messages import LOADS_SQL
-from bridge.store.migrations import MIGRATIONS
-from bridge.store.pg_dialect import translate
-from bridge.store.pg_migrations import PG_MIGRATIONS
+from bridge.store.messages import LOADS_SQL, dumps
 from bridge.store.postgres import PostgresStore
-from bridge.store.sqlite import dumps
+from bridge.store.postgres import engine as postgres_module
+from bridge.store.postgres.dialect import translate
+from bridge.store.postgres.migrations import PG_MIGRATIONS
+from bridge.store.sqlite.migrations import MIGRATIONS
 from tests.pg import PostgresServer, free_port, postgres_server
 from tests.stores import summarise
 

@@ -15,11 +15,12 @@ import pytest
 
 from bridge.errors import StoreError
 from bridge.store import messages as messages_module
-from bridge.store import sqlite_engine as sqlite_module
 from bridge.store.base import OutboxItem, SessionMeta, SessionRow, ToolExchange
-from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from bridge.store.sqlite import SQLiteStore, dumps
-from bridge.store.sqlite_engine import SQLiteEngine
+from bridge.store.messages import dumps
+from bridge.store.sqlite import SQLiteStore
+from bridge.store.sqlite import engine as sqlite_module
+from bridge.store.sqlite.engine import SQLiteEngine
+from bridge.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.tables import DatabaseStore
 from tests.corruption import damage
 

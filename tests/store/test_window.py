@@ -9,9 +9,9 @@ import pytest
 
 from bridge.store import runs as runs_module
 from bridge.store.base import ToolExchange
+from bridge.store.messages import dumps
 from bridge.store.postgres import PostgresStore
 from bridge.store.runs import _read_context
-from bridge.store.sqlite import dumps
 from bridge.store.tables import DatabaseStore
 from tests.pg import PostgresServer
 from tests.stores import summarise

@@ -13,8 +13,8 @@ from typing import TypeVar
 from bridge.errors import StoreError
 from bridge.store.batch import Job, Mode, Outcome, resolve
 from bridge.store.engine import Work
-from bridge.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from bridge.store.sqlite_batch import CHECK_PATH, DatabaseThread, Trips, commit
+from bridge.store.sqlite.batch import CHECK_PATH, DatabaseThread, Trips, commit
+from bridge.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 
 T = TypeVar("T")
 

@@ -11,16 +11,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bridge.errors import StoreError
 from bridge.store.engine import Conn
-from bridge.store.pg_dialect import PgConn
+from bridge.store.intake import INTAKE_CHANNEL
+from bridge.store.postgres.dialect import PgConn
 
 if TYPE_CHECKING:
     import psycopg
 
 T = TypeVar("T")
 
-# The channel the intake trigger notifies (pg_migrations, version 7), with "<session id> <message id>"
-# since version 22 (a session id alone before; empty: chats left over by a claim).
-INTAKE_CHANNEL = "bridge_intake"
 # The channel a worker asks on for a chat's run to be stopped, wherever it runs (/stop, /clear).
 STOP_CHANNEL = "bridge_stop"
 # The channel a trigger notifies with a chat's key when its /send, /model, route or session changed.

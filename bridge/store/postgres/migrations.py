@@ -1,4 +1,4 @@
-"""PostgreSQL's schema migrations: entry i is SQLite's entry i (migrations.py), in PostgreSQL's words.
+"""PostgreSQL's schema migrations: entry i is SQLite's entry i (sqlite/migrations.py), in PostgreSQL's words.
 
 Both lists move through the same versions, so version N names the same tables, columns and indexes
 on either backend, and `bridge migrate` can copy a database of one version into the other. The
@@ -300,7 +300,7 @@ PG_MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX hook_signatures_expiry ON hook_signatures (expires_at);
     """,
     # 16: ranked full-text search (search_history) over user and assistant messages and memories
-    # (migrations.py says why not tool results): a stored tsvector, so ranking reads it rather than
+    # (sqlite/migrations.py says why not tool results): a stored tsvector, so ranking reads it rather than
     # parsing each match again, on a GIN index. The 'simple' configuration (no stemming, no stop
     # words) works for any language. The first 100,000 characters are indexed: a tsvector holds at
     # most 1 MB, and a longer text must not make its message's insert fail. Adding a stored column

@@ -1,18 +1,19 @@
-"""The SQLite store: the embedded default, one file at [storage] path."""
+"""The SQLite store: the embedded default, one file at [storage] path.
+
+`engine.py` runs the tables' transactions (writes and quick reads on the event loop, the rest on a
+thread of its own, `batch.py`), and `migrations.py` is the schema, which PostgreSQL's follows.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from bridge.store.cache import ActiveSessions
-from bridge.store.messages import dumps
 from bridge.store.search import FTS5
-from bridge.store.sessions import new_id
-from bridge.store.sqlite_engine import SQLiteEngine
+from bridge.store.sqlite.engine import SQLiteEngine
 from bridge.store.tables import DatabaseStore
 
-# dumps and new_id are imported from here by the agent and the gateway; they live with their tables.
-__all__ = ["SQLiteStore", "dumps", "new_id"]
+__all__ = ["SQLiteEngine", "SQLiteStore"]
 
 
 class SQLiteStore(DatabaseStore):

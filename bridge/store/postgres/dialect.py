@@ -1,5 +1,5 @@
 """PostgreSQL speaking the tables' SQL dialect: sqlite3's `?` and `:name` placeholders translated for
-psycopg. Shared by the store's engine (postgres.py) and the lease connection (pg_leases.py)."""
+psycopg. Shared by the store's engine (engine.py) and the lease connection (leases.py)."""
 
 from __future__ import annotations
 

@@ -22,12 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from bridge.config.base import mask_url
 from bridge.errors import StoreError
 from bridge.store.batch import Job, JobThread, Outcome, settle
-from bridge.store.cache import ActiveSessions
 from bridge.store.engine import Conn, Work
-from bridge.store.pg_dialect import PgConn
-from bridge.store.pg_migrations import PG_MIGRATIONS
-from bridge.store.search import TSVECTOR
-from bridge.store.tables import DatabaseStore
+from bridge.store.postgres.dialect import PgConn
+from bridge.store.postgres.migrations import PG_MIGRATIONS
 
 if TYPE_CHECKING:
     import psycopg
@@ -439,13 +436,3 @@ def _server_error(label: str, exc: BaseException) -> StoreError:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-class PostgresStore(DatabaseStore):
-    """The Store on a PostgreSQL server ([storage] url), shared by every worker started with it."""
-
-    search_dialect = TSVECTOR
-
-    def __init__(self, url: str, *, pool_size: int = 10, sessions: ActiveSessions | None = None) -> None:
-        self.url = url
-        super().__init__(PostgresEngine(url, pool_size=pool_size), sessions=sessions)
