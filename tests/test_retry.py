@@ -14,7 +14,7 @@ import httpx
 import pytest
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TimedOut
 
-from adapters.discord import _intake_verdict, _send_verdict
+from adapters.discord.adapter import _intake_verdict, _send_verdict
 from adapters.telegram.retrying import classify as telegram_verdict
 from bridge.errors import IntakeUnavailable
 from bridge.retry import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.console import ConsoleAdapter
-from adapters.console_files import read_local
+from adapters.console.files import read_local
 from bridge.config import Settings
 from bridge.config.media import SttSettings
 from bridge.errors import MediaError

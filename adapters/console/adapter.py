@@ -1,4 +1,4 @@
-"""The console surface: a REPL on stdin/stdout for the local owner, session key `main`."""
+"""The console adapter: lines read from stdin, replies written to stdout, for the local owner."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TextIO
 
-from adapters.console_files import ATTACH, local_attachment, read_local
+from adapters.console.files import ATTACH, local_attachment, read_local
 from bridge.config import Settings
 from bridge.errors import IntakeUnavailable
 from bridge.events import Attachment, Inbound, InboundHandler, Outbound, Route

@@ -1,4 +1,4 @@
-"""The Discord surface on discord.py: DMs, guild channels and threads."""
+"""The Discord adapter: discord.py's client, its gateway events in, sends and edits out."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route as DiscordRoute
 
-from adapters import discord_media
+from adapters.discord import media as discord_media
 from bridge.config import Settings
 from bridge.config.platforms import DiscordSettings
 from bridge.errors import AdapterStartError, DeliveryRefused, IntakeUnavailable
