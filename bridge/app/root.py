@@ -107,6 +107,7 @@ class Bridge:
         self.policy = SendPolicy(settings.session.send_policy)
         self.gate = PolicyGate(self.policy, self.store)
         self.delivery = Delivery(self.gate, self.store, resend_uncertain=settings.delivery.resend_uncertain)
+        self.presence.surfaces = self.delivery.surfaces
         # DM pairing: codes for strangers, and the people owners approved (the dashboard calls it too).
         self.pairing = Pairing(self.store, delivery=self.delivery)
         self.access = AccessPolicy.from_settings(settings, owners, paired=self.pairing.is_paired)

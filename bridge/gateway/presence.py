@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
 
 from bridge.errors import StoreError
 from bridge.store.sessions import new_id
@@ -27,15 +28,23 @@ class Presence:
         self.holds = ""
         # False where workers share the runs: several are active at once.
         self.sole = True
+        # The surfaces this process can send on, which grow as its platforms start: each beat says
+        # them again (workers sharing the runs split notified chats among those alike, sharing.py).
+        self.surfaces: Callable[[], Iterable[str]] = tuple
         self._beating: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.store.register_worker(self.id, role=self.role, holds=self.holds)
+        await self.store.register_worker(self.id, role=self.role, holds=self.holds, surfaces=self._surfaces())
         self._beating = asyncio.create_task(self._beat(), name="worker-presence")
 
     async def update(self, role: str, holds: str) -> None:
         self.role, self.holds = role, holds
-        await self.store.beat_worker(self.id, role=role, holds=holds, sole=self.sole)
+        await self.store.beat_worker(
+            self.id, role=role, holds=holds, sole=self.sole, surfaces=self._surfaces()
+        )
+
+    def _surfaces(self) -> str:
+        return surfaces_text(self.surfaces())
 
     async def stop(self) -> None:
         if self._beating is None:
@@ -53,10 +62,17 @@ class Presence:
         while True:
             await asyncio.sleep(BEAT_S)
             try:
-                await self.store.beat_worker(self.id, role=self.role, holds=self.holds, sole=self.sole)
+                await self.store.beat_worker(
+                    self.id, role=self.role, holds=self.holds, sole=self.sole, surfaces=self._surfaces()
+                )
             except StoreError as exc:
                 if not failing:
                     log.warning("cannot record that this worker is alive: %s", exc)
                 failing = True
             else:
                 failing = False
+
+
+def surfaces_text(surfaces: Iterable[str]) -> str:
+    """Surfaces as the workers table holds them: sorted, comma-separated, so equal sets read equal."""
+    return ",".join(sorted(set(surfaces)))

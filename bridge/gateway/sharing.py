@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
-from collections.abc import Callable, Collection, Coroutine
+import time
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any
 
 from bridge.errors import StoreError
@@ -15,6 +17,7 @@ from bridge.events import Route
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
 from bridge.gateway.lanes import Job, Lanes
+from bridge.gateway.presence import surfaces_text
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
 from bridge.store.postgres.leases import (
     LISTENING,
@@ -25,6 +28,7 @@ from bridge.store.postgres.leases import (
     PgLeases,
 )
 from bridge.store.tables import DatabaseStore
+from bridge.store.workers import WorkerRow
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,14 @@ class WorkShare:
       the leases), and the whole queue, oldest first, at start, when another worker left chats over,
       and at least every PULL_EVERY_S. After a run it claims nothing unless a notification came that
       it could not act on then (its slots were full, or it held the chat).
+    - **One worker tries each notified chat.** Every worker hears every notification; were each to
+      try the chat, a message would cost a claim per worker, all but one of them for nothing, and
+      the database's work per turn would grow with the workers. So the living workers alike (the
+      same surfaces to send on, as the workers table says) split the chats among themselves by
+      rendezvous hashing (`preferred`): only the chat's own worker tries it when notified. One that
+      cannot take it then (every slot taken) tries it when a slot frees; one that died leaves it to
+      the others' look over the whole queue (within PULL_EVERY_S), as does a chat named while the
+      workers' views of who lives differ. Where the workers are not alike, each tries every chat.
     - **Leases.** A chat's turns run only in the worker holding its lease, an advisory lock on the
       worker's lease connection, so at most one run per chat runs at a time across all workers, in
       arrival order. The holder answers what comes in meanwhile before it lets go. A dead worker's
@@ -107,6 +119,9 @@ class WorkShare:
         # While a claim is in flight, the chats named meanwhile (and the message, where the notice
         # said): whether it takes them is not known yet, so they are named again once it ends.
         self._named_in_claim: list[tuple[str, int | None]] | None = None
+        # The living workers alike among which notified chats are split, this one included (each
+        # sweep reads them again); empty: this worker tries every chat named.
+        self._peers: tuple[str, ...] = ()
         self._wake = asyncio.Event()
         self._reconnecting = asyncio.Lock()
         # One take-over at a time (the sweep's, a run's): once a run holds it, rows the sweep took
@@ -135,6 +150,10 @@ class WorkShare:
 
     def serving(self) -> frozenset[str]:
         return frozenset(self._serving)
+
+    def peers(self) -> tuple[str, ...]:
+        """The workers that split notified chats, this one included; empty: it tries every chat."""
+        return self._peers
 
     async def run_leased(self, key: str, job: Job) -> asyncio.Future[None] | None:
         """Run `job` in the chat's lane under its lease (/retry); None if another run holds the chat."""
@@ -256,6 +275,10 @@ class WorkShare:
                 self._named_while_serving.add(session_id)
         elif self._named_in_claim is not None:
             self._named_in_claim.append((session_id, message_id))
+        elif self._peers and preferred(self._peers, session_id) != self.worker_id:
+            # Another worker's to try: it claims the chat, or every worker's look over the whole
+            # queue finds it (see the class's docstring).
+            return
         else:
             self._named.add(session_id)
             self._wake.set()
@@ -309,8 +332,10 @@ class WorkShare:
 
     async def _take_over_dead(self) -> None:
         others = await self.store.others_with_work(self.worker_id)
-        listed = {row.id for row in await self.store.workers() if row.id != self.worker_id}
+        workers = await self.store.workers()
+        listed = {row.id for row in workers if row.id != self.worker_id}
         dead = [w for w in others | listed if w is None or await self.leases.is_free(worker_lease(w))]
+        self._peers = self._alike(workers, dead)
         for gone in listed.intersection(dead):
             # Its row goes at once, not once it has aged out: bridge status lists the living.
             await self.store.leave_worker(gone)
@@ -330,6 +355,19 @@ class WorkShare:
         if rows:
             await self.delivery.recover(rows)
         self._wake.set()
+
+    def _alike(self, rows: list[WorkerRow], dead: Collection[str | None]) -> tuple[str, ...]:
+        """The living workers that split notified chats, this one included: every active one, when
+        each says it sends on the same surfaces as this one (any could answer any chat this one
+        could); none otherwise, and each worker then tries every chat, as before they said."""
+        now = time.time()
+        mine = surfaces_text(self.delivery.surfaces())
+        living = [row for row in rows if row.id not in dead and row.role == "active" and row.alive(now)]
+        if not mine or all(row.id != self.worker_id for row in living):
+            return ()
+        if any(row.surfaces != mine for row in living):
+            return ()
+        return tuple(sorted(row.id for row in living))
 
     # ---------------------------------------------------------------- one chat
 
@@ -433,3 +471,12 @@ class WorkShare:
         if self._named or self._whole_queue:
             # A slot is free, and there is work this worker knows of.
             self._wake.set()
+
+
+def preferred(workers: Sequence[str], session_id: str) -> str:
+    """The worker of `workers` that tries the chat when notified (rendezvous hashing): each worker's
+    score depends only on itself and the chat, so a worker that joins or leaves moves only the chats
+    it gains or had, and workers that agree on who lives agree on every chat's worker."""
+    return max(
+        workers, key=lambda worker: hashlib.blake2b(f"{worker} {session_id}".encode(), digest_size=8).digest()
+    )

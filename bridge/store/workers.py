@@ -24,6 +24,8 @@ class WorkerRow:
     holds: str
     started_at: float
     seen_at: float
+    # The surfaces it can send on, comma-separated and sorted ("" where it has not said).
+    surfaces: str = ""
 
     def alive(self, now: float) -> bool:
         return now - self.seen_at <= ALIVE_WITHIN_S
@@ -32,20 +34,22 @@ class WorkerRow:
 class WorkerTable(Database):
     """Register, beat and leave; list for `bridge status`."""
 
-    async def register_worker(self, worker_id: str, *, role: str, holds: str) -> None:
+    async def register_worker(self, worker_id: str, *, role: str, holds: str, surfaces: str = "") -> None:
         now = time.time()
         await self._write(
             lambda conn: (
                 conn.execute("DELETE FROM workers WHERE seen_at < ?", (now - FORGET_AFTER_S,)),
                 conn.execute(
-                    "INSERT INTO workers (id, host, pid, role, holds, started_at, seen_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (worker_id, socket.gethostname(), os.getpid(), role, holds, now, now),
+                    "INSERT INTO workers (id, host, pid, role, holds, started_at, seen_at, surfaces) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (worker_id, socket.gethostname(), os.getpid(), role, holds, now, now, surfaces),
                 ),
             )
         )
 
-    async def beat_worker(self, worker_id: str, *, role: str, holds: str, sole: bool = True) -> None:
+    async def beat_worker(
+        self, worker_id: str, *, role: str, holds: str, sole: bool = True, surfaces: str = ""
+    ) -> None:
         """Say this worker is alive, and what it is now. Where one worker answers (`sole`), only the
         one holding the database's claim is active, so another row that says active is a worker that
         died without leaving. Workers sharing the runs are all active."""
@@ -54,8 +58,8 @@ class WorkerTable(Database):
             if role == "active" and sole:
                 conn.execute("DELETE FROM workers WHERE role = 'active' AND id != ?", (worker_id,))
             conn.execute(
-                "UPDATE workers SET role = ?, holds = ?, seen_at = ? WHERE id = ?",
-                (role, holds, time.time(), worker_id),
+                "UPDATE workers SET role = ?, holds = ?, seen_at = ?, surfaces = ? WHERE id = ?",
+                (role, holds, time.time(), surfaces, worker_id),
             )
 
         await self._write(beat)
@@ -65,6 +69,7 @@ class WorkerTable(Database):
 
     async def workers(self) -> list[WorkerRow]:
         rows = await self._rows(
-            "SELECT id, host, pid, role, holds, started_at, seen_at FROM workers ORDER BY role, started_at"
+            "SELECT id, host, pid, role, holds, started_at, seen_at, surfaces FROM workers "
+            "ORDER BY role, started_at"
         )
         return [WorkerRow(*row) for row in rows]

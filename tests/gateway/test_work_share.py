@@ -267,13 +267,13 @@ async def test_a_change_made_while_a_worker_was_not_listening_is_read_once_it_li
 
 @contextlib.asynccontextmanager
 async def answering_worker(
-    tmp_path: Path, postgres: PostgresServer, queue_mode: str = "collect"
+    tmp_path: Path, postgres: PostgresServer, queue_mode: str = "collect", *, url: str | None = None
 ) -> AsyncIterator[tuple[Bridge, RecordingSender, sharing.WorkShare]]:
-    """A sharing worker on a fresh database that answers each message "answer to: <it>", claiming."""
+    """A sharing worker that answers each message "answer to: <it>", claiming; on a fresh database,
+    or on `url`'s (another worker's)."""
     async with FakeOpenAI(answer_to) as llm:
-        settings = make_settings(
-            tmp_path, llm.base_url, storage={"url": postgres.database()}, runs={"queue_mode": queue_mode}
-        )
+        storage = {"url": url or postgres.database()}
+        settings = make_settings(tmp_path, llm.base_url, storage=storage, runs={"queue_mode": queue_mode})
         async with Bridge(settings, standby=asyncio.Event()) as bridge:
             sender = RecordingSender()
             bridge.add_sender(sender)

@@ -421,4 +421,8 @@ PG_MIGRATIONS: tuple[str, ...] = (
         RETURN NULL;
     END $$;
     """,
+    # 23: as SQLite's (the surfaces each worker can send on).
+    """
+    ALTER TABLE workers ADD COLUMN surfaces TEXT NOT NULL DEFAULT '';
+    """,
 )

@@ -430,6 +430,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     SELECT 1;
     """,
+    # 23: the surfaces each worker can send on (comma-separated, sorted): workers that share the runs
+    # split the chats a notification names among those that can answer them all alike.
+    """
+    ALTER TABLE workers ADD COLUMN surfaces TEXT NOT NULL DEFAULT '';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
