@@ -22,13 +22,13 @@ from bridge.http.auth import (
     same_origin,
 )
 from bridge.http.dashboard import Dashboard
+from bridge.http.dashboard.logs import LogsPage
+from bridge.http.dashboard.tasks import TasksPage
+from bridge.http.dashboard.tools import ToolsPage
 from bridge.http.hooks import HookEndpoint
-from bridge.http.logs_page import LogsPage
 from bridge.http.pages import Pages
 from bridge.http.pairing_api import PairingApi
 from bridge.http.policy_edit import PolicyEditor
-from bridge.http.tasks_page import TasksPage
-from bridge.http.tools_page import ToolsPage
 from bridge.http.webchat import WebChat
 from bridge.metrics import CONTENT_TYPE_LATEST
 from bridge.serving import ConnectionLimits, LimitedServer

@@ -1,4 +1,4 @@
-"""The dashboard's pages: overview, sessions, a session as a chat, run timelines, outbox, policy."""
+"""The dashboard's own pages: overview, sessions, a session as a chat, run timelines, outbox, policy."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from bridge.sessions.keys import Kind
 if TYPE_CHECKING:
     from bridge.app import Bridge
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parent.parent / "static"
 # Runs the overview counts from: enough for an hour of a busy bot, one indexed read.
 OVERVIEW_RUNS = 500
 TURNS_WINDOW_S = 600.0
