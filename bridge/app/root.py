@@ -305,6 +305,8 @@ class Bridge:
         what the courier could not send by then stays in the outbox for the next start.
         """
         self.dispatcher.closing = True
+        if self.shared:
+            await self.presence.taking_nothing()
         # No task fires and no webhook event starts from now on; runs already going stay in the
         # lanes' grace period below (events still pending run at the next start).
         await self.tasks.halt()

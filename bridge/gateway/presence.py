@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 
 # How often a worker says it is alive; bridge.store.workers.ALIVE_WITHIN_S allows three misses.
 BEAT_S = 5.0
+# How long a stopping worker waits to say it takes no new chats.
+TAKING_NOTHING_WAIT_S = 1.0
 
 
 class Presence:
@@ -28,8 +30,9 @@ class Presence:
         self.holds = ""
         # False where workers share the runs: several are active at once.
         self.sole = True
-        # The surfaces this process can send on, which grow as its platforms start: each beat says
-        # them again (workers sharing the runs split notified chats among those alike, sharing.py).
+        # The surfaces of the chats this process takes, which grow as its platforms start (each beat
+        # says them again), and none once it stops taking work: workers sharing the runs split the
+        # chats a notification names among those that take the same (sharing.py).
         self.surfaces: Callable[[], Iterable[str]] = tuple
         self._beating: asyncio.Task[None] | None = None
 
@@ -42,6 +45,14 @@ class Presence:
         await self.store.beat_worker(
             self.id, role=role, holds=holds, sole=self.sole, surfaces=self._surfaces()
         )
+
+    async def taking_nothing(self) -> None:
+        """Say at once that this process takes no new chats (it is stopping), so that the others stop
+        leaving it its share of them. Best effort, and bounded: a database out of reach must not hold
+        up the stop, and the others' looks over the whole queue find its share within a second."""
+        self.surfaces = tuple
+        with contextlib.suppress(StoreError, TimeoutError):
+            await asyncio.wait_for(self.update(self.role, self.holds), TAKING_NOTHING_WAIT_S)
 
     def _surfaces(self) -> str:
         return surfaces_text(self.surfaces())

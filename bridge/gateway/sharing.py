@@ -66,7 +66,9 @@ class WorkShare:
       rendezvous hashing (`preferred`): only the chat's own worker tries it when notified. One that
       cannot take it then (every slot taken) tries it when a slot frees; one that died leaves it to
       the others' look over the whole queue (within PULL_EVERY_S), as does a chat named while the
-      workers' views of who lives differ. Where the workers are not alike, each tries every chat.
+      workers' views of who lives differ. A stopping worker says at once that it takes no more, and
+      the others split its share at their next sweep. Where the workers are not alike, each tries
+      every chat.
     - **Leases.** A chat's turns run only in the worker holding its lease, an advisory lock on the
       worker's lease connection, so at most one run per chat runs at a time across all workers, in
       arrival order. The holder answers what comes in meanwhile before it lets go. A dead worker's
@@ -357,12 +359,18 @@ class WorkShare:
         self._wake.set()
 
     def _alike(self, rows: list[WorkerRow], dead: Collection[str | None]) -> tuple[str, ...]:
-        """The living workers that split notified chats, this one included: every active one, when
-        each says it sends on the same surfaces as this one (any could answer any chat this one
-        could); none otherwise, and each worker then tries every chat, as before they said."""
+        """The living workers that split notified chats, this one included: every active one that
+        takes chats, when each says it takes those of the same surfaces as this one (any could
+        answer any chat this one could); none otherwise, and each worker then tries every chat.
+        A worker that says no surface takes no share: it is starting (and tries every chat itself),
+        stopping (and takes none), or of a version that does not split."""
         now = time.time()
         mine = surfaces_text(self.delivery.surfaces())
-        living = [row for row in rows if row.id not in dead and row.role == "active" and row.alive(now)]
+        living = [
+            row
+            for row in rows
+            if row.id not in dead and row.role == "active" and row.alive(now) and row.surfaces
+        ]
         if not mine or all(row.id != self.worker_id for row in living):
             return ()
         if any(row.surfaces != mine for row in living):

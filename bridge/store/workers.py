@@ -24,7 +24,7 @@ class WorkerRow:
     holds: str
     started_at: float
     seen_at: float
-    # The surfaces it can send on, comma-separated and sorted ("" where it has not said).
+    # The surfaces of the chats it takes, comma-separated and sorted ("": none, or it has not said).
     surfaces: str = ""
 
     def alive(self, now: float) -> bool:

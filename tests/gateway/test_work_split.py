@@ -142,3 +142,23 @@ async def test_workers_that_send_on_different_surfaces_each_try_every_chat(
         assert sorted(a_sent.of("reply") + b_sent.of("reply")) == sorted(wanted)
         await drained(a)
         await drained(b)
+
+
+async def test_a_stopping_workers_share_of_the_chats_is_tried_by_the_others_at_once(
+    tmp_path: Path, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker in its shutdown grace takes no new chat but still lives: it says so, and the others
+    try its share when notified rather than leave it to their looks over the whole queue (held off
+    here, so that only a notification can get the chat answered)."""
+    async with two_workers(tmp_path, postgres) as ((a, a_sent, a_share), (b, b_sent, _)):
+        monkeypatch.setattr(sharing, "PULL_EVERY_S", 3600.0)
+        peers = a_share.peers()
+        n = 0
+        while preferred(peers, (await a.sessions.active(chat(n))).id) != b.presence.id:
+            n += 1
+        await b.shutdown()
+        await eventually(lambda: a_share.peers() == (a.presence.id,), "worker a to take every chat")
+        await a.handle(chat(n))
+        await eventually(lambda: f"answer to: m{n}" in a_sent.of("reply"), "worker a to answer")
+        assert not b_sent.of("reply")
+        await drained(a)

@@ -421,7 +421,7 @@ PG_MIGRATIONS: tuple[str, ...] = (
         RETURN NULL;
     END $$;
     """,
-    # 23: as SQLite's (the surfaces each worker can send on).
+    # 23: as SQLite's (the surfaces of the chats each worker takes).
     """
     ALTER TABLE workers ADD COLUMN surfaces TEXT NOT NULL DEFAULT '';
     """,

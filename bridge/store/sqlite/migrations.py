@@ -430,8 +430,8 @@ MIGRATIONS: tuple[str, ...] = (
     """
     SELECT 1;
     """,
-    # 23: the surfaces each worker can send on (comma-separated, sorted): workers that share the runs
-    # split the chats a notification names among those that can answer them all alike.
+    # 23: the surfaces of the chats each worker takes (comma-separated, sorted; empty while it takes
+    # none): workers that share the runs split the chats a notification names among those alike.
     """
     ALTER TABLE workers ADD COLUMN surfaces TEXT NOT NULL DEFAULT '';
     """,
