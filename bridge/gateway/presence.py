@@ -1,4 +1,5 @@
-"""This process's row in the workers table, kept fresh while it runs: what `bridge status` lists."""
+"""This process's row in the workers table, kept fresh while it runs: what `bridge status` lists, and
+which chats it takes, by which the workers sharing the runs split them (sharing.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The workers table: each process on the database says what it is and what it holds, for `bridge status`."""
+"""The workers table: each process on the database says what it is, what it holds and which chats it
+takes, for `bridge status` and for the workers that split the chats among themselves (sharing.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class WorkerRow:
 
 
 class WorkerTable(Database):
-    """Register, beat and leave; list for `bridge status`."""
+    """Register, beat and leave; list for `bridge status` and the workers sharing the runs."""
 
     async def register_worker(self, worker_id: str, *, role: str, holds: str, surfaces: str = "") -> None:
         now = time.time()
