@@ -115,6 +115,8 @@ class DraftSegment:
         self._shown = ""
         self._pending = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        # The edit on its way to the platform, if one is: stop() lets it finish (see _flush).
+        self._editing: asyncio.Future[None] | None = None
         self._stopped = False
 
     @property
@@ -150,7 +152,11 @@ class DraftSegment:
             return
         while self._pending.is_set():
             self._pending.clear()
-            await self._edit(message_id)
+            # Shielded, and awaited by stop(): an edit cancelled on its way may still reach the
+            # platform, after the reply's own edit of the draft, which would then show the draft's
+            # text again in place of the reply (the soak caught it, with a long answer).
+            self._editing = asyncio.ensure_future(self._edit(message_id))
+            await asyncio.shield(self._editing)
             # Coalesced: whatever arrives meanwhile goes in the next edit, one interval later.
             await asyncio.sleep(self.reply.interval)
 
@@ -170,6 +176,10 @@ class DraftSegment:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
+        if self._editing is not None and not self._editing.done():
+            # Bounded like reply_target: past it, the reply goes ahead anyway.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._editing), DRAFT_WAIT_S)
         if flush and self.sent is not None and not self.sent.cancelled():
             # Bounded like reply_target: the reply is planned after this, and a platform that hangs
             # on the draft must not keep the answer from being stored.

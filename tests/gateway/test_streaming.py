@@ -18,6 +18,7 @@ from devkit.fakes import openai_server as fake
 from devkit.fakes.openai_server import FakeOpenAI
 from tests.gateway.test_send_policy import rules
 from tests.harness import Harness, RecordingSender, StreamingSender, running_bridge
+from tests.waiting import eventually
 
 S = TypeVar("S", bound=RecordingSender)
 
@@ -194,6 +195,45 @@ async def test_a_shadowed_chat_gets_no_draft(tmp_path: Path, fake_llm: FakeOpenA
         sender = await drafting(h)
         await h.say("hello")
     assert sender.sent == [] and sender.timed_edits == [] and sender.replaced == {}
+
+
+@dataclass
+class LateEditSender(DraftSender):
+    """A platform slow to apply a draft's edit, which applies it even if the caller stops waiting (a
+    request already on the wire), and shows whichever edit it applied last."""
+
+    applied: dict[str, str] = field(default_factory=dict)
+    edit_delay_s: float = 1.0
+    landed: int = 0
+
+    async def edit(self, route: Route, message_id: str, text: str) -> None:
+        self.timed_edits.append((message_id, text, time.monotonic()))
+
+        async def apply() -> None:
+            await asyncio.sleep(self.edit_delay_s)
+            self.applied[message_id] = text
+            self.landed += 1
+
+        await asyncio.shield(asyncio.ensure_future(apply()))
+
+    async def edit_reply(self, route: Route, message_id: str, text: str) -> None:
+        await super().edit_reply(route, message_id, text)
+        self.applied[message_id] = text
+
+
+async def test_a_draft_edit_still_on_its_way_when_the_answer_ends_never_shows_over_the_reply(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The answer ends while an edit of its draft is on its way; the reply must edit the draft after
+    that edit lands, or the platform shows the draft's text where the reply should be."""
+    answer = "A draft whose last edit is still on its way when the reply comes to replace it."
+    fake_llm.push(fake.paced(fake.text(answer), 0.02))
+    async with running_bridge(tmp_path, fake_llm) as h:
+        sender = await using(h, LateEditSender())
+        await h.say("show me")
+        assert sender.timed_edits, "no draft edit was on its way"
+        await eventually(lambda: sender.landed == len(sender.timed_edits), "every edit to land")
+    assert sender.applied["1"] == answer
 
 
 @dataclass
