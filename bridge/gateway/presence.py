@@ -38,13 +38,13 @@ class Presence:
         self._beating: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.store.register_worker(self.id, role=self.role, holds=self.holds, surfaces=self._surfaces())
+        await self.store.register_worker(self.id, role=self.role, holds=self.holds, surfaces=self.surfaces())
         self._beating = asyncio.create_task(self._beat(), name="worker-presence")
 
     async def update(self, role: str, holds: str) -> None:
         self.role, self.holds = role, holds
         await self.store.beat_worker(
-            self.id, role=role, holds=holds, sole=self.sole, surfaces=self._surfaces()
+            self.id, role=role, holds=holds, sole=self.sole, surfaces=self.surfaces()
         )
 
     async def taking_nothing(self) -> None:
@@ -54,9 +54,6 @@ class Presence:
         self.surfaces = tuple
         with contextlib.suppress(StoreError, TimeoutError):
             await asyncio.wait_for(self.update(self.role, self.holds), TAKING_NOTHING_WAIT_S)
-
-    def _surfaces(self) -> str:
-        return surfaces_text(self.surfaces())
 
     async def stop(self) -> None:
         if self._beating is None:
@@ -75,7 +72,7 @@ class Presence:
             await asyncio.sleep(BEAT_S)
             try:
                 await self.store.beat_worker(
-                    self.id, role=self.role, holds=self.holds, sole=self.sole, surfaces=self._surfaces()
+                    self.id, role=self.role, holds=self.holds, sole=self.sole, surfaces=self.surfaces()
                 )
             except StoreError as exc:
                 if not failing:
@@ -83,8 +80,3 @@ class Presence:
                 failing = True
             else:
                 failing = False
-
-
-def surfaces_text(surfaces: Iterable[str]) -> str:
-    """Surfaces as the workers table holds them: sorted, comma-separated, so equal sets read equal."""
-    return ",".join(sorted(set(surfaces)))

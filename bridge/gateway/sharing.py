@@ -17,7 +17,6 @@ from bridge.events import Route
 from bridge.gateway.delivery import Delivery
 from bridge.gateway.dispatcher import Dispatcher
 from bridge.gateway.lanes import Job, Lanes
-from bridge.gateway.presence import surfaces_text
 from bridge.store.intake import Claimed, claim_sessions, session_lease, worker_lease
 from bridge.store.postgres.leases import (
     LISTENING,
@@ -28,7 +27,7 @@ from bridge.store.postgres.leases import (
     PgLeases,
 )
 from bridge.store.tables import DatabaseStore
-from bridge.store.workers import WorkerRow
+from bridge.store.workers import WorkerRow, surfaces_text
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bridge.store.engine import Conn, Database
@@ -14,6 +15,12 @@ from bridge.store.engine import Conn, Database
 ALIVE_WITHIN_S = 15.0
 # Rows of workers gone this long are dropped by the next worker to start.
 FORGET_AFTER_S = 24 * 3600.0
+
+
+def surfaces_text(surfaces: Iterable[str]) -> str:
+    """Surfaces as the table's `surfaces` column holds them: sorted, comma-separated, so equal sets
+    read equal."""
+    return ",".join(sorted(set(surfaces)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,32 +42,35 @@ class WorkerRow:
 class WorkerTable(Database):
     """Register, beat and leave; list for `bridge status` and the workers sharing the runs."""
 
-    async def register_worker(self, worker_id: str, *, role: str, holds: str, surfaces: str = "") -> None:
-        now = time.time()
+    async def register_worker(
+        self, worker_id: str, *, role: str, holds: str, surfaces: Iterable[str] = ()
+    ) -> None:
+        now, listed = time.time(), surfaces_text(surfaces)
         await self._write(
             lambda conn: (
                 conn.execute("DELETE FROM workers WHERE seen_at < ?", (now - FORGET_AFTER_S,)),
                 conn.execute(
                     "INSERT INTO workers (id, host, pid, role, holds, started_at, seen_at, surfaces) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (worker_id, socket.gethostname(), os.getpid(), role, holds, now, now, surfaces),
+                    (worker_id, socket.gethostname(), os.getpid(), role, holds, now, now, listed),
                 ),
             )
         )
 
     async def beat_worker(
-        self, worker_id: str, *, role: str, holds: str, sole: bool = True, surfaces: str = ""
+        self, worker_id: str, *, role: str, holds: str, sole: bool = True, surfaces: Iterable[str] = ()
     ) -> None:
         """Say this worker is alive, and what it is now. Where one worker answers (`sole`), only the
         one holding the database's claim is active, so another row that says active is a worker that
         died without leaving. Workers sharing the runs are all active."""
+        listed = surfaces_text(surfaces)
 
         def beat(conn: Conn) -> None:
             if role == "active" and sole:
                 conn.execute("DELETE FROM workers WHERE role = 'active' AND id != ?", (worker_id,))
             conn.execute(
                 "UPDATE workers SET role = ?, holds = ?, seen_at = ?, surfaces = ? WHERE id = ?",
-                (role, holds, time.time(), surfaces, worker_id),
+                (role, holds, time.time(), listed, worker_id),
             )
 
         await self._write(beat)
