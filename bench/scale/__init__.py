@@ -61,6 +61,8 @@ class Sizes:
     sqlite: bool = True
     failover: bool = True
     baseline: Path | None = None
+    # How many of the server's statements to list after each PostgreSQL window, by calls per turn.
+    statements: int = 0
 
 
 FULL = Sizes(chats=200, warm_s=3.0, window_s=10.0, workers=WORKERS)
@@ -118,6 +120,11 @@ class ServerStats:
                 figures.update(
                     claims=float(claims[0]), claim_ms=float(claims[1]), statement_ms=float(total[0])
                 )
+                for query, calls, ms in conn.execute(
+                    b"SELECT query, calls, total_exec_time FROM pg_stat_statements"
+                ):
+                    figures[f"statement:{query}"] = float(calls)
+                    figures[f"statement_ms:{query}"] = float(ms)
         figures["cpu"] = tree_seconds(self.pid) if self.pid else None
         return figures
 
@@ -179,6 +186,8 @@ async def _window(
         _delta(server_end, server_start, "claim_ms"),
         _delta(server_end, server_start, "statement_ms"),
     )
+    if sizes.statements and stats is not None:
+        _print_statements(server_start, server_end, turns, sizes.statements)
     driver = (
         None if driver_start is None or driver_end is None else (driver_end - driver_start) / window.seconds
     )
@@ -199,6 +208,30 @@ async def _window(
         # The bench process itself (the fake Bot API and the loop): near 1.0 it, not Bridge, is the limit.
         "driver_cpu": None if driver is None else round(driver, 2),
     }
+
+
+def _print_statements(
+    start: dict[str, float | None], end: dict[str, float | None], turns: int, count: int
+) -> None:
+    """The statements the window ran most, each with its calls and server time per turn."""
+    rows = []
+    for key in end:
+        if key.startswith("statement:") and turns:
+            query = key.removeprefix("statement:")
+            # A statement first run in the window has no start figure: it counts from zero.
+            calls = (end[key] or 0.0) - (start.get(key) or 0.0)
+            ms = (end[f"statement_ms:{query}"] or 0.0) - (start.get(f"statement_ms:{query}") or 0.0)
+            if calls:
+                rows.append([round(calls / turns, 2), round(ms * 1000 / turns), " ".join(query.split())[:110]])
+    rows.sort(key=lambda row: -row[0])
+    total = round(sum(row[0] for row in rows), 2)
+    print(
+        table(
+            f"Statements per turn ({total} in all), from pg_stat_statements",
+            ["calls/turn", "server µs/turn", "statement"],
+            rows[:count],
+        )
+    )
 
 
 async def failover(model_url: str, url: str) -> float:
@@ -339,6 +372,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--baseline", type=Path, help="a folder with an older `bridge` package, run beside this one"
     )
     parser.add_argument("--json", type=Path, help="also write the figures here, after each window")
+    parser.add_argument(
+        "--statements",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after each PostgreSQL window, list the N statements it ran most, per turn",
+    )
     args = parser.parse_args(argv)
     sizes = Sizes(
         chats=args.chats,
@@ -348,5 +388,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         sqlite=not args.no_sqlite,
         failover=not args.no_failover,
         baseline=args.baseline.resolve() if args.baseline else None,
+        statements=args.statements,
     )
     asyncio.run(run_sizes(sizes if args.all_counts else for_machine(sizes), out=args.json))
