@@ -214,7 +214,7 @@ def _print_statements(
     start: dict[str, float | None], end: dict[str, float | None], turns: int, count: int
 ) -> None:
     """The statements the window ran most, each with its calls and server time per turn."""
-    rows = []
+    rows: list[tuple[float, int, str]] = []
     for key in end:
         if key.startswith("statement:") and turns:
             query = key.removeprefix("statement:")
@@ -222,7 +222,9 @@ def _print_statements(
             calls = (end[key] or 0.0) - (start.get(key) or 0.0)
             ms = (end[f"statement_ms:{query}"] or 0.0) - (start.get(f"statement_ms:{query}") or 0.0)
             if calls:
-                rows.append([round(calls / turns, 2), round(ms * 1000 / turns), " ".join(query.split())[:110]])
+                rows.append(
+                    (round(calls / turns, 2), round(ms * 1000 / turns), " ".join(query.split())[:110])
+                )
     rows.sort(key=lambda row: -row[0])
     total = round(sum(row[0] for row in rows), 2)
     print(
