@@ -42,6 +42,7 @@ from bridge.sessions.service import SessionService
 from bridge.store.backends import store_for
 from bridge.store.base import SessionRow
 from bridge.store.postgres import PostgresEngine, PostgresStore
+from bridge.store.sessions import new_id
 from bridge.tools.base import ToolGroup
 from bridge.tools.builtin.exec import sandbox_problem
 
@@ -95,9 +96,12 @@ class Bridge:
         self.leases: PgLeases | None = None
         # Built first: a bad manifest or tool name fails before any file or socket is opened.
         self.registry = build_registry(settings, extra_groups)
-        self.store = store_for(settings.storage)
-        # This process's row in the workers table (bridge status).
-        self.presence = Presence(self.store)
+        worker_id = new_id()
+        self.store = store_for(settings.storage, worker_id=worker_id)
+        # This process's row in the workers table (bridge status), and its watch on the others'.
+        self.presence = Presence(
+            self.store, worker_id, silent_after_s=settings.storage.silent_worker_timeout_s
+        )
         # The default profile ([llm], or the provider a test injected); /model picks another per chat.
         self.provider = with_tool_mode(settings.llm, provider or build_provider(settings.llm), self.registry)
         self.profiles = Profiles(settings.llm, self.registry, self.provider)

@@ -10,12 +10,14 @@ from bridge.errors import StoreError
 from bridge.store.tables import DatabaseStore
 
 
-def store_for(storage: StorageSettings) -> DatabaseStore:
-    """The store [storage] names, not yet opened."""
+def store_for(storage: StorageSettings, *, worker_id: str | None = None) -> DatabaseStore:
+    """The store [storage] names, not yet opened. `worker_id`: a `bridge run` worker's, which its
+    PostgreSQL connections carry in their names."""
     if storage.url is not None:
         from bridge.store.postgres import PostgresStore
 
-        return PostgresStore(storage.url, pool_size=storage.pool_size)
+        name = "bridge" if worker_id is None else f"bridge-{worker_id}"
+        return PostgresStore(storage.url, pool_size=storage.pool_size, application_name=name)
     from bridge.store.sqlite import SQLiteStore
 
     return SQLiteStore(storage.path)

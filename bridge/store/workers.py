@@ -78,6 +78,12 @@ class WorkerTable(Database):
     async def leave_worker(self, worker_id: str) -> None:
         await self._write(lambda conn: conn.execute("DELETE FROM workers WHERE id = ?", (worker_id,)))
 
+    async def end_worker_connections(self, worker_id: str) -> int:
+        """End another worker's connections to the database, and so free the locks they hold: how
+        many were ended. Only PostgreSQL has connections of other processes to end (PostgresStore);
+        on SQLite one process at a time holds the file, so none."""
+        return 0
+
     async def workers(self) -> list[WorkerRow]:
         rows = await self._rows(
             "SELECT id, host, pid, role, holds, started_at, seen_at, surfaces FROM workers "

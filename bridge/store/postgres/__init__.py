@@ -20,6 +20,30 @@ class PostgresStore(DatabaseStore):
 
     search_dialect = TSVECTOR
 
-    def __init__(self, url: str, *, pool_size: int = 10, sessions: ActiveSessions | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        sessions: ActiveSessions | None = None,
+        application_name: str = "bridge",
+    ) -> None:
         self.url = url
-        super().__init__(PostgresEngine(url, pool_size=pool_size), sessions=sessions)
+        super().__init__(
+            PostgresEngine(url, pool_size=pool_size, application_name=application_name), sessions=sessions
+        )
+
+    async def end_worker_connections(self, worker_id: str) -> int:
+        """End every connection of another worker (its pool's, its claims', its leases' and its
+        listener's, all named `bridge-<worker id>...`): the server drops the locks they hold at once.
+        How many were ended. StoreError if the server refuses (a worker connected as another role
+        that this one may not signal)."""
+        name = f"bridge-{worker_id}"
+        return int(
+            await self._scalar(
+                "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE (application_name = ? OR starts_with(application_name, ?)) "
+                "AND pid != pg_backend_pid()",
+                (name, f"{name}-"),
+            )
+        )

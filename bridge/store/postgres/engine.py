@@ -71,8 +71,12 @@ class PostgresEngine:
     (the functions have no effects outside the database). Snapshot reads run REPEATABLE READ.
     """
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(self, url: str, *, pool_size: int = 10, application_name: str = "bridge") -> None:
         self.url = url
+        # Every connection this engine opens says it, in pg_stat_activity: a worker's are
+        # `bridge-<worker id>-pool` and `-claim`, so that the others can end them all should it go
+        # silent (WorkerTable.end_worker_connections).
+        self.application_name = application_name
         self.label = f"database {mask_url(url)}"
         # Transactions that run side by side may commit a larger identity before a smaller one.
         self.ids_in_commit_order = False
@@ -97,7 +101,11 @@ class PostgresEngine:
         self._threads = ThreadPoolExecutor(min(self.pool_size, READ_THREADS), thread_name_prefix="bridge-pg")
         # autocommit: the engine writes BEGIN and COMMIT itself, as the SQLite engine does.
         pool = ConnectionPool(
-            self.url, min_size=1, max_size=self.pool_size, open=False, kwargs={"autocommit": True}
+            self.url,
+            min_size=1,
+            max_size=self.pool_size,
+            open=False,
+            kwargs={"autocommit": True, "application_name": f"{self.application_name}-pool"},
         )
         try:
             await self._on_thread(lambda: pool.open(wait=True, timeout=OPEN_TIMEOUT_S))
@@ -149,7 +157,12 @@ class PostgresEngine:
         def take() -> bool:
             if name in self._held:
                 return True
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CLAIM_TIMEOUT_S)
+            conn = psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=CLAIM_TIMEOUT_S,
+                application_name=f"{self.application_name}-claim",
+            )
             try:
                 function = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
                 row = conn.execute(f"SELECT {function}(hashtextextended(%s, 0))".encode(), (name,)).fetchone()
