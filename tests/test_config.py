@@ -137,6 +137,13 @@ def test_negative_max_retries_is_named(tmp_path: Path) -> None:
     assert "greater than or equal to 0" in message
 
 
+def test_a_silent_worker_timeout_shorter_than_two_beats_is_named(tmp_path: Path) -> None:
+    # Under 10 s, a living worker whose beat came late could have its connections ended.
+    message = config_error(write(tmp_path / "config.toml", "[storage]\nsilent_worker_timeout_s = 5\n"))
+    assert "storage.silent_worker_timeout_s" in message
+    assert "greater than or equal to 10" in message
+
+
 def test_bad_owner_is_named_with_the_reason(tmp_path: Path) -> None:
     message = config_error(write(tmp_path / "config.toml", 'owners = ["42"]\n'))
     assert "owners" in message

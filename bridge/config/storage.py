@@ -16,6 +16,11 @@ class StorageSettings(Section):
     url: str | None = None
     # Connections each worker keeps to the PostgreSQL server.
     pool_size: int = Field(10, ge=1, le=200)
+    # How long another worker on the same PostgreSQL may go without saying it is alive (it does every
+    # 5 s) before its connections are ended, so that its chats and platform connections pass to the
+    # living: a frozen process, or a machine gone or cut off, whose connections the server would
+    # otherwise hold for hours.
+    silent_worker_timeout_s: float = Field(30.0, ge=10.0, le=3600.0)
 
     @field_validator("url")
     @classmethod

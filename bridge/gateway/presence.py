@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from bridge.errors import StoreError
@@ -18,15 +19,34 @@ log = logging.getLogger(__name__)
 BEAT_S = 5.0
 # How long a stopping worker waits to say it takes no new chats.
 TAKING_NOTHING_WAIT_S = 1.0
+# How long another worker may go without saying it is alive before its connections are ended
+# ([storage] silent_worker_timeout_s sets it).
+SILENT_AFTER_S = 30.0
 
 
 class Presence:
     """Registered at start as a standby, made active once it holds the database, removed at a clean
-    stop; a killed process's row stops being refreshed, and `bridge status` shows it as gone."""
+    stop; a killed process's row stops being refreshed, and `bridge status` shows it as gone.
 
-    def __init__(self, store: DatabaseStore) -> None:
+    It also watches the others. A killed worker's connections close, and the server frees its locks
+    (its chats' leases, a platform's connection, the database's claim) at once. A worker that stops
+    without its connections closing keeps them: a frozen process (SIGSTOP, a paused VM), or a
+    machine that lost its power or its network, whose connections the server would hold for hours
+    (TCP's keepalive). So a worker whose row has not changed for `silent_after_s`, by this process's
+    own clock (the machines' clocks may differ), has its connections ended here. Should it be alive
+    after all, it finds its claims gone and stops, as when the database restarts (claims.py).
+    """
+
+    def __init__(
+        self, store: DatabaseStore, worker_id: str | None = None, *, silent_after_s: float = SILENT_AFTER_S
+    ) -> None:
         self.store = store
-        self.id = new_id()
+        self.id = worker_id or new_id()
+        self.silent_after_s = silent_after_s
+        # Each other worker's `seen_at` as last read, and since when (time.monotonic()) it has read so;
+        # and those whose connections were ended since it last changed.
+        self._heard: dict[str, tuple[float, float]] = {}
+        self._ended: set[str] = set()
         self.role = "standby"
         self.holds = ""
         # False where workers share the runs: several are active at once.
@@ -78,5 +98,45 @@ class Presence:
                 if not failing:
                     log.warning("cannot record that this worker is alive: %s", exc)
                 failing = True
-            else:
-                failing = False
+                continue
+            failing = False
+            try:
+                await self.end_silent()
+            except StoreError as exc:
+                log.warning("cannot end the connections of a worker gone silent: %s", exc)
+
+    async def end_silent(self) -> list[str]:
+        """End the connections of the workers silent for `silent_after_s` (see the class): the ids
+        of those that had some."""
+        rows = await self.store.workers()
+        now = time.monotonic()
+        heard: dict[str, tuple[float, float]] = {}
+        ended: list[str] = []
+        for row in rows:
+            if row.id == self.id:
+                continue
+            last = self._heard.get(row.id)
+            if last is None or last[0] != row.seen_at:
+                heard[row.id] = (row.seen_at, now)
+                self._ended.discard(row.id)
+                continue
+            heard[row.id] = last
+            if now - last[1] < self.silent_after_s or row.id in self._ended:
+                continue
+            self._ended.add(row.id)
+            count = await self.store.end_worker_connections(row.id)
+            if count:
+                ended.append(row.id)
+                log.warning(
+                    "worker %s (%s, pid %d) has not said it is alive for %.0f s: frozen, or its machine "
+                    "is gone or cut off; ended its %d database connection(s), so that what it held "
+                    "passes to the living",
+                    row.id,
+                    row.host,
+                    row.pid,
+                    now - last[1],
+                    count,
+                )
+        self._heard = heard
+        self._ended &= heard.keys()
+        return ended

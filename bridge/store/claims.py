@@ -39,6 +39,10 @@ TAKEOVER_GRACE_S = 5.0
 #   other worker is registered on the database, so nothing can be listening: platforms.py), then
 #   confirms it still holds the lock: it starts at t_c + 5 s or later. 2.5 s to spare, for a slow
 #   event loop in the process that stops.
+# - A process that does not run at all (frozen: SIGSTOP, a paused VM) checks nothing, and the others
+#   end its connections once it has been silent long enough (gateway/presence.py). Woken, the first
+#   thing its watch does is see that TAKEOVER_GRACE_S or more passed since t_c, and stop at once,
+#   without a round trip first: past that, another may be listening.
 
 
 class WorkerClaim(Database):
@@ -132,6 +136,13 @@ class WorkerClaim(Database):
         confirmed = time.monotonic()
         while True:
             await asyncio.sleep(CLAIM_CHECK_S)
+            if time.monotonic() - confirmed >= TAKEOVER_GRACE_S:
+                # This process did not run for that long (frozen: SIGSTOP, a paused VM), and another
+                # may be listening already (the others end a silent worker's connections: presence.py).
+                # Not even a round trip more: stop now, before anything else of this process runs on.
+                log.error("did not run for %.0f s; stopping at once", time.monotonic() - confirmed)
+                lost()
+                return
             left = confirmed + CLAIM_LOST_AFTER_S - time.monotonic()
             try:
                 # Bounded: a check hung on a silent network must not keep this process going past

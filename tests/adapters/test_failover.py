@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -93,11 +95,15 @@ async def workers(tmp_path: Path, config: Path, n: int) -> AsyncIterator[list[Wo
             await worker.end()
 
 
-def config_for(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str, extra: str = "") -> Path:
+def config_for(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str, extra: str = "", storage: str = ""
+) -> Path:
     config = telegram_run_config(
         tmp_path, 42, tg.token, tg.api_base, llm.base_url, extra='allowed_users = ["*"]\n' + extra
     )
-    text = re.sub(r'\[storage\]\npath = "[^"]*"\n', f'[storage]\nurl = "{url}"\n', config.read_text())
+    text = re.sub(
+        r'\[storage\]\npath = "[^"]*"\n', f'[storage]\nurl = "{url}"\n{storage}', config.read_text()
+    )
     assert f'url = "{url}"' in text
     config.write_text(text)
     return config
@@ -322,3 +328,53 @@ async def test_a_database_restart_during_a_run_stops_its_worker_and_the_other_te
             await tg.wait_for(lambda: answered(tg, FIRST_USER, "after"), timeout=30)
             assert other.process.returncode is None, other.lines
     assert tg.conflicts == 0
+
+
+async def test_a_frozen_worker_is_cut_off_by_the_other_which_takes_its_chat_and_polling(
+    tmp_path: Path, tg: FakeTelegram, postgres: PostgresServer
+) -> None:
+    """SIGSTOP stands for a process that stops without its connections closing: a paused VM, a
+    machine that lost its power or its network. The server would hold its locks for hours; the
+    other worker ends its connections once it has been silent for `silent_worker_timeout_s`."""
+    url = postgres.database()
+    model = Model()
+    async with FakeOpenAI(model) as llm:
+        config = config_for(tmp_path, tg, llm, url, storage="silent_worker_timeout_s = 10\n")
+        # The first alone, so that it polls and runs the chat that hangs.
+        async with workers(tmp_path, config, 1) as (frozen,):
+            tg.dm(FIRST_USER, "hang")
+            await asyncio.wait_for(model.hanging.wait(), 30)
+            async with workers(tmp_path, config, 1) as (living,):
+                os.kill(frozen.process.pid, signal.SIGSTOP)
+                try:
+                    frozen_at = asyncio.get_running_loop().time()
+                    tg.dm(FIRST_USER + 1, "while frozen")
+                    await tg.wait_for(
+                        lambda: (
+                            told_interrupted(tg, FIRST_USER, "hang")
+                            and answered(tg, FIRST_USER + 1, "while frozen")
+                        ),
+                        timeout=60,
+                    )
+                    freed_s = asyncio.get_running_loop().time() - frozen_at
+                    assert living.said("has not said it is alive"), living.lines
+                    assert living.said("taking over")
+                finally:
+                    os.kill(frozen.process.pid, signal.SIGCONT)
+                # Woken, it finds it did not run for longer than a taker waits, and stops at once.
+                assert await asyncio.wait_for(frozen.process.wait(), 15) == 1
+                assert frozen.said("did not run for"), frozen.lines
+                tg.dm(FIRST_USER, "after")
+                await tg.wait_for(lambda: answered(tg, FIRST_USER, "after"), timeout=30)
+                assert living.process.returncode is None, living.lines
+
+    print(f"a frozen worker's chat and polling taken over {freed_s:.1f} s after it froze")
+    assert tg.conflicts == 0  # the frozen one, woken, never polled beside the living one
+    replies = [m["text"] for m in tg.messages_in(FIRST_USER + 1) if m["text"].startswith("answer to: ")]
+    assert replies == ["answer to: while frozen"]
+    assert [m["text"] for m in tg.messages_in(FIRST_USER) if m["text"].startswith("answer to: ")] == [
+        "answer to: after"
+    ]
+    assert rows(url, "SELECT status, COUNT(*) FROM runs WHERE status NOT IN ('ok') GROUP BY status") == [
+        ("aborted", 1)
+    ]
