@@ -22,6 +22,10 @@ TAKING_NOTHING_WAIT_S = 1.0
 # How long another worker may go without saying it is alive before its connections are ended
 # ([storage] silent_worker_timeout_s sets it).
 SILENT_AFTER_S = 30.0
+# Looks at the others further apart than this (this worker's own beat was held up, or it did not run)
+# judge nothing: what held this one up may have held up all (a lock, a stalled server), and the
+# others' rows are read as if for the first time.
+LOOK_GAP_S = 2 * BEAT_S
 
 
 class Presence:
@@ -47,6 +51,7 @@ class Presence:
         # and those whose connections were ended since it last changed.
         self._heard: dict[str, tuple[float, float]] = {}
         self._ended: set[str] = set()
+        self._looked: float | None = None
         self.role = "standby"
         self.holds = ""
         # False where workers share the runs: several are active at once.
@@ -110,6 +115,9 @@ class Presence:
         of those that had some."""
         rows = await self.store.workers()
         now = time.monotonic()
+        if self._looked is None or now - self._looked > LOOK_GAP_S:
+            self._heard = {}
+        self._looked = now
         heard: dict[str, tuple[float, float]] = {}
         ended: list[str] = []
         for row in rows:

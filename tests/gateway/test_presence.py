@@ -6,7 +6,9 @@ import asyncio
 import time
 
 import psycopg
+import pytest
 
+from bridge.gateway import presence
 from bridge.gateway.presence import Presence
 from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import SQLiteStore
@@ -72,3 +74,34 @@ async def test_on_sqlite_there_is_no_other_process_to_end(store: SQLiteStore) ->
     watcher = Presence(store, "watcher", silent_after_s=0.0)
     assert await watcher.end_silent() == []
     assert await watcher.end_silent() == []
+
+
+async def test_a_watcher_held_up_itself_judges_no_one_silent_for_that_time(
+    postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock or a stalled server holds every worker's beat up at once: the first to get through must
+    not take the others, still held up, for silent."""
+    monkeypatch.setattr(presence, "LOOK_GAP_S", SILENT_S / 2)
+    url = postgres.database()
+    store = PostgresStore(url, application_name="bridge-watcher")
+    await store.open()
+    conn = psycopg.connect(url, autocommit=True, application_name="bridge-held-pool")
+    try:
+        watcher = Presence(store, "watcher", silent_after_s=SILENT_S)
+        await store.register_worker("held", role="active", holds="runs")
+        assert await watcher.end_silent() == []
+        # This watcher's next look comes late, past the silence: the other is seen afresh.
+        await asyncio.sleep(SILENT_S * 1.5)
+        assert await watcher.end_silent() == []
+        assert alive(conn)
+        # Looks in time again, and the other still silent: now it is judged.
+        ended: list[str] = []
+        deadline = time.monotonic() + SILENT_S * 2
+        while time.monotonic() < deadline and not ended:
+            ended += await watcher.end_silent()
+            await asyncio.sleep(SILENT_S / 8)
+        assert ended == ["held"]
+        assert not alive(conn)
+    finally:
+        conn.close()
+        await store.close()
