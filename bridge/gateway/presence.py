@@ -92,7 +92,7 @@ class Presence:
             await self.store.leave_worker(self.id)
 
     async def _beat(self) -> None:
-        failing = False
+        failing = refused = False
         while True:
             await asyncio.sleep(BEAT_S)
             try:
@@ -108,7 +108,12 @@ class Presence:
             try:
                 await self.end_silent()
             except StoreError as exc:
-                log.warning("cannot end the connections of a worker gone silent: %s", exc)
+                # Tried again at the next beat; said once, not every 5 s.
+                if not refused:
+                    log.warning("cannot end the connections of a worker gone silent: %s", exc)
+                refused = True
+            else:
+                refused = False
 
     async def end_silent(self) -> list[str]:
         """End the connections of the workers silent for `silent_after_s` (see the class): the ids
@@ -131,8 +136,8 @@ class Presence:
             heard[row.id] = last
             if now - last[1] < self.silent_after_s or row.id in self._ended:
                 continue
-            self._ended.add(row.id)
             count = await self.store.end_worker_connections(row.id)
+            self._ended.add(row.id)
             if count:
                 ended.append(row.id)
                 log.warning(

@@ -8,6 +8,7 @@ import time
 import psycopg
 import pytest
 
+from bridge.errors import StoreError
 from bridge.gateway import presence
 from bridge.gateway.presence import Presence
 from bridge.store.postgres import PostgresStore
@@ -104,4 +105,35 @@ async def test_a_watcher_held_up_itself_judges_no_one_silent_for_that_time(
         assert not alive(conn)
     finally:
         conn.close()
+        await store.close()
+
+
+async def test_a_worker_the_server_will_not_let_this_one_signal_is_a_clear_error(
+    postgres: PostgresServer,
+) -> None:
+    url = postgres.database()
+    database = url.rsplit("/", 1)[1]
+    watcher_role, other_role = f"watcher_{database}", f"other_{database}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        for role in (watcher_role, other_role):
+            admin.execute(f"CREATE ROLE {role} LOGIN".encode())
+        # The watcher's own database, as a worker's is; the other connects as another role.
+        admin.execute(f"ALTER DATABASE {database} OWNER TO {watcher_role}".encode())
+        admin.execute(f"ALTER SCHEMA public OWNER TO {watcher_role}".encode())
+    store = PostgresStore(url.replace("bridge@", f"{watcher_role}@"), application_name="bridge-watcher")
+    await store.open()
+    other = psycopg.connect(
+        url.replace("bridge@", f"{other_role}@"), autocommit=True, application_name="bridge-other-pool"
+    )
+    try:
+        watcher = Presence(store, "watcher", silent_after_s=0.0)
+        await store.register_worker("other", role="active", holds="runs")
+        assert await watcher.end_silent() == []
+        with pytest.raises(StoreError) as refused:
+            await watcher.end_silent()
+        assert "refused to end worker other's connections" in str(refused.value)
+        assert "pg_signal_backend" in (refused.value.remedy or "")
+        assert alive(other)
+    finally:
+        other.close()
         await store.close()

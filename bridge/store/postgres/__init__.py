@@ -7,6 +7,7 @@ connections: its leases (advisory locks) and the notifications it listens for.
 
 from __future__ import annotations
 
+from bridge.errors import StoreError
 from bridge.store.cache import ActiveSessions
 from bridge.store.postgres.engine import PostgresEngine
 from bridge.store.search import TSVECTOR
@@ -38,12 +39,20 @@ class PostgresStore(DatabaseStore):
         listener's, all named `bridge-<worker id>...`): the server drops the locks they hold at once.
         How many were ended. StoreError if the server refuses (a worker connected as another role
         that this one may not signal)."""
+        import psycopg
+
         name = f"bridge-{worker_id}"
-        return int(
-            await self._scalar(
+        try:
+            ended = await self._scalar(
                 "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
                 "WHERE (application_name = ? OR starts_with(application_name, ?)) "
                 "AND pid != pg_backend_pid()",
                 (name, f"{name}-"),
             )
-        )
+        except psycopg.Error as exc:  # a refusal (InsufficientPrivilege) is no server error
+            raise StoreError(
+                f"{self.engine.label} refused to end worker {worker_id}'s connections: "
+                + (str(exc).strip().splitlines() or [type(exc).__name__])[0],
+                remedy="connect every worker as one PostgreSQL role, or grant theirs pg_signal_backend",
+            ) from exc
+        return int(ended)
