@@ -112,6 +112,9 @@ class Presence:
                 if not refused:
                     log.warning("cannot end the connections of a worker gone silent: %s", exc)
                 refused = True
+            except Exception:
+                # A bug here must not stop the beats: the others would take this worker for silent.
+                log.exception("watching the other workers failed")
             else:
                 refused = False
 
