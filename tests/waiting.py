@@ -21,3 +21,9 @@ async def eventually(check: Callable[[], T | None], what: str, within: float = W
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within} s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+def stall(seconds: float) -> None:
+    """The event loop does not run for `seconds`, as in a process frozen (SIGSTOP) and woken again.
+    Called from a coroutine on purpose: it holds up the whole loop, which is the point."""
+    time.sleep(seconds)

@@ -41,8 +41,11 @@ TAKEOVER_GRACE_S = 5.0
 #   event loop in the process that stops.
 # - A process that does not run at all (frozen: SIGSTOP, a paused VM) checks nothing, and the others
 #   end its connections once it has been silent long enough (gateway/presence.py). Woken, the first
-#   thing its watch does is see that TAKEOVER_GRACE_S or more passed since t_c, and stop at once,
-#   without a round trip first: past that, another may be listening.
+#   thing its watch does, where TAKEOVER_GRACE_S or more passed since t_c, is look at the socket of
+#   the connection holding the lock, without a round trip: one the server ended has its goodbye
+#   waiting, and the process stops at once, before any other task runs on (a round trip would let
+#   the poller ask once more beside the one that took over). One the server did not end still holds
+#   the lock, and nobody else could have taken it.
 
 
 class WorkerClaim(Database):
@@ -136,11 +139,17 @@ class WorkerClaim(Database):
         confirmed = time.monotonic()
         while True:
             await asyncio.sleep(CLAIM_CHECK_S)
-            if time.monotonic() - confirmed >= TAKEOVER_GRACE_S:
-                # This process did not run for that long (frozen: SIGSTOP, a paused VM), and another
-                # may be listening already (the others end a silent worker's connections: presence.py).
-                # Not even a round trip more: stop now, before anything else of this process runs on.
-                log.error("did not run for %.0f s; stopping at once", time.monotonic() - confirmed)
+            stalled = time.monotonic() - confirmed
+            if stalled >= TAKEOVER_GRACE_S and self.engine.dropped(name):
+                # This process did not run for that long (frozen: SIGSTOP, a paused VM), and the
+                # server ended its connection meanwhile (the others end a silent worker's: presence.py),
+                # so another may be listening already. Not even a round trip more (other tasks would
+                # run while it is on its way): stop now. Not ended, nobody could have taken `name`,
+                # and the check below confirms it as usual.
+                log.error(
+                    "did not run for %.0f s, and the server ended its connection meanwhile; stopping at once",
+                    stalled,
+                )
                 lost()
                 return
             left = confirmed + CLAIM_LOST_AFTER_S - time.monotonic()

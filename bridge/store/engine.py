@@ -65,6 +65,12 @@ class Engine(Protocol):
         """Whether this process still holds `name` (the connection holding it may have died)."""
         ...
 
+    def dropped(self, name: str) -> bool:
+        """Without a round trip, and so without yielding to other tasks: whether the server has
+        already ended the connection holding `name` (its goodbye is waiting to be read). For a process
+        that was frozen: whether another may hold `name` now. False where a claim cannot pass."""
+        ...
+
 
 class Database:
     """The base of every table class: the engine, and the few ways the tables call it."""

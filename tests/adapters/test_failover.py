@@ -361,7 +361,7 @@ async def test_a_frozen_worker_is_cut_off_by_the_other_which_takes_its_chat_and_
                     assert living.said("taking over")
                 finally:
                     os.kill(frozen.process.pid, signal.SIGCONT)
-                # Woken, it finds it did not run for longer than a taker waits, and stops at once.
+                # Woken, it finds the server ended its connections while it did not run: it stops at once.
                 assert await asyncio.wait_for(frozen.process.wait(), 15) == 1
                 assert frozen.said("did not run for"), frozen.lines
                 tg.dm(FIRST_USER, "after")

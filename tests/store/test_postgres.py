@@ -25,6 +25,7 @@ from bridge.store.postgres.migrations import PG_MIGRATIONS
 from bridge.store.sqlite.migrations import MIGRATIONS
 from tests.pg import PostgresServer, free_port, postgres_server
 from tests.stores import summarise
+from tests.waiting import stall
 
 T = TypeVar("T")
 
@@ -262,6 +263,41 @@ async def test_a_worker_whose_claim_connection_died_takes_the_claim_back(
             while not await active.engine.holds(WORKER_CLAIM):  # noqa: ASYNC110
                 await asyncio.sleep(CLAIM_CHECK_S)
         assert not lost.is_set()
+        assert not await standby.engine.claim(WORKER_CLAIM)
+
+
+async def test_a_worker_that_did_not_run_and_whose_claim_connection_was_ended_stops_without_a_round_trip(
+    two: tuple[PostgresStore, PostgresStore], url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    active, standby = two
+    async with watched(active) as lost:
+        await asyncio.sleep(CLAIM_CHECK_S * 2)  # the watch has confirmed the claim once
+        await end_claims(url)
+        assert await standby.engine.claim(WORKER_CLAIM)
+        asked: list[str] = []
+
+        async def holds(name: str) -> bool:
+            asked.append(name)
+            return False
+
+        # What the watch would ask next: a round trip, during which the other tasks (a poller) run on.
+        monkeypatch.setattr(active.engine, "holds", holds)
+        stall(TAKEOVER_GRACE_S + CLAIM_CHECK_S)
+        async with asyncio.timeout(1):
+            await lost.wait()
+        assert asked == []
+
+
+async def test_a_worker_that_did_not_run_but_still_holds_its_claim_goes_on(
+    two: tuple[PostgresStore, PostgresStore],
+) -> None:
+    active, standby = two
+    async with watched(active) as lost:
+        await asyncio.sleep(CLAIM_CHECK_S * 2)
+        stall(TAKEOVER_GRACE_S + CLAIM_CHECK_S)
+        await asyncio.sleep(CLAIM_CHECK_S * 4)
+        assert not lost.is_set()
+        assert await active.engine.holds(WORKER_CLAIM)
         assert not await standby.engine.claim(WORKER_CLAIM)
 
 

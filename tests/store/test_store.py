@@ -16,6 +16,7 @@ import pytest
 from bridge.errors import StoreError
 from bridge.store import messages as messages_module
 from bridge.store.base import OutboxItem, SessionMeta, SessionRow, ToolExchange
+from bridge.store.claims import CLAIM_CHECK_S, TAKEOVER_GRACE_S
 from bridge.store.messages import dumps
 from bridge.store.sqlite import SQLiteStore
 from bridge.store.sqlite import engine as sqlite_module
@@ -23,6 +24,7 @@ from bridge.store.sqlite.engine import SQLiteEngine
 from bridge.store.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from bridge.store.tables import DatabaseStore
 from tests.corruption import damage
+from tests.waiting import stall
 
 T = TypeVar("T")
 # What each backend raises when a constraint refuses a row.
@@ -850,3 +852,18 @@ async def test_a_backup_is_a_consistent_copy_taken_while_the_store_is_open(
         await copy.close()
     with pytest.raises(StoreError, match="already exists"):
         await store.backup(target)
+
+
+async def test_a_process_on_sqlite_that_did_not_run_for_a_while_goes_on(store: SQLiteStore) -> None:
+    """`bridge chat` suspended (Ctrl-Z) and resumed: one process per file, nobody could take over."""
+    assert await store.claim_worker()
+    lost = asyncio.Event()
+    watching = asyncio.create_task(store.watch_claim(lost.set))
+    try:
+        await asyncio.sleep(CLAIM_CHECK_S * 2)
+        stall(TAKEOVER_GRACE_S + CLAIM_CHECK_S)
+        await asyncio.sleep(CLAIM_CHECK_S * 3)
+        assert not lost.is_set()
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)

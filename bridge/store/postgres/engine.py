@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import select
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -199,6 +200,19 @@ class PostgresEngine:
                 return False
 
         return await self._on_thread(ping)
+
+    def dropped(self, name: str) -> bool:
+        """Whether the connection holding `name` has something to read while nothing was asked on it:
+        the server's notice that it ended the connection, or the connection's end. A look at the
+        socket, no round trip. Not held (any more): True."""
+        conn = self._held.get(name)
+        if conn is None or conn.closed:
+            return True
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
     async def backup(self, target: Path) -> None:
         raise StoreError(

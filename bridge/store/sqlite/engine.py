@@ -173,6 +173,9 @@ class SQLiteEngine:
     async def holds(self, name: str) -> bool:
         return True
 
+    def dropped(self, name: str) -> bool:
+        return False
+
     # ---------------------------------------------------------------- on the loop
 
     def _flush(self) -> None:
