@@ -335,7 +335,7 @@ class WorkShare:
         others = await self.store.others_with_work(self.worker_id)
         workers = await self.store.workers()
         listed = {row.id for row in workers if row.id != self.worker_id}
-        dead = [w for w in others | listed if w is None or await self.leases.is_free(worker_lease(w))]
+        dead = await self._dead(others | listed)
         self._peers = self._alike(workers, dead)
         for gone in listed.intersection(dead):
             # Its row goes at once, not once it has aged out: bridge status lists the living.
@@ -356,6 +356,11 @@ class WorkShare:
         if rows:
             await self.delivery.recover(rows)
         self._wake.set()
+
+    async def _dead(self, workers: Collection[str | None]) -> list[str | None]:
+        """Those of `workers` whose own lock is free (None: rows no worker holds), in one call."""
+        free = await self.leases.free(worker_lease(w) for w in workers if w is not None)
+        return [w for w in workers if w is None or worker_lease(w) in free]
 
     def _alike(self, rows: list[WorkerRow], dead: Collection[str | None]) -> tuple[str, ...]:
         """The living workers that split notified chats, this one included: every active one that
@@ -395,7 +400,7 @@ class WorkShare:
                         left = await self.store.left_in(key, self.worker_id, self.delivery.surfaces())
                     if not left:
                         return
-                    dead = [w for w in left if w is None or await self.leases.is_free(worker_lease(w))]
+                    dead = await self._dead(left)
                     if dead:
                         await self._take_over_dead()
                 if loop.time() >= deadline:

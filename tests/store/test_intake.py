@@ -176,6 +176,25 @@ async def test_a_workers_own_lock_is_free_the_moment_its_connection_ends(
     assert await second.is_free(worker_lease("first"))
 
 
+async def test_the_free_among_several_workers_locks_are_told_in_one_call_that_keeps_none(
+    leases: tuple[PostgresStore, PgLeases, PgLeases],
+) -> None:
+    _, first, second = leases
+    await first.lock(worker_lease("alive"))
+    await second.lock(worker_lease("mine"))
+    gone, also_gone, mine = (worker_lease(w) for w in ("gone", "also gone", "mine"))
+    names = [worker_lease("alive"), gone, also_gone, mine]
+    # A lock of its own connection is taken again and given back, as is_free does (a worker never
+    # asks of its own): it stays held.
+    assert await second.free(names) == {gone, also_gone, mine}
+    assert not await first.is_free(mine)
+    assert not await second.is_free(worker_lease("alive"))
+    # Tried and given back: the free ones are still free, for another to take.
+    assert await first.lock(gone)
+    assert await second.free(names) == {also_gone, mine}
+    assert await second.free([]) == set()
+
+
 async def waiting_chats(store: PostgresStore, count: int) -> list[SessionRow]:
     chats = [
         await store.ensure_active_session(f"telegram:dm:{n}", SessionMeta(surface="telegram"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,7 +47,7 @@ class PgLeases:
     The server drops them all the moment the connection ends, a killed worker's included, so a lease
     is never left behind. Each call runs on one thread of its own, in order: a transaction on the
     connection is never interleaved with another call. `run` wraps work in a transaction whose locks
-    outlive it (session-level); `lock`, `unlock` and `is_free` take one name.
+    outlive it (session-level); `lock`, `unlock` and `is_free` take one name, `free` several.
     """
 
     def __init__(self, url: str, label: str, *, application_name: str) -> None:
@@ -119,6 +119,32 @@ class PgLeases:
             if taken:
                 conn.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", (name,))
             return taken
+
+        return await self.run(probe)
+
+    async def free(self, names: Iterable[str]) -> set[str]:
+        """Those of `names` no connection holds, in one call: each tried and given back at once. A
+        worker's sweep asks this every second of every other worker's own lock, which one call a
+        name made a trip to the lease thread per worker, every second, in every worker."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return set()
+
+        def probe(conn: Conn) -> set[str]:
+            taken = [
+                name
+                for (name,) in conn.execute(
+                    "SELECT name FROM unnest(?::text[]) AS name "
+                    "WHERE pg_try_advisory_lock(hashtextextended(name, 0))",
+                    (wanted,),
+                ).fetchall()
+            ]
+            if taken:
+                conn.execute(
+                    "SELECT pg_advisory_unlock(hashtextextended(name, 0)) FROM unnest(?::text[]) AS name",
+                    (taken,),
+                )
+            return set(taken)
 
         return await self.run(probe)
 
