@@ -193,3 +193,9 @@ class PairingLimited(BridgeError):
             user_message=f"Too many wrong codes. Try again in {minutes} min.",
         )
         self.retry_after_s = retry_after_s
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line, for a message that names it (a server's error may run on for lines of
+    detail); its type's name when it says nothing."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

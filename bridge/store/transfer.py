@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridge.config.base import mask_url
-from bridge.errors import StoreError
+from bridge.errors import StoreError, first_line
 from bridge.store.postgres import PostgresStore
 from bridge.store.sqlite import SQLiteStore
 
@@ -69,8 +69,9 @@ async def sqlite_to_postgres(source: Path, url: str) -> list[Copied]:
         try:
             return await asyncio.to_thread(_copy, snapshot, url)
         except psycopg.Error as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise StoreError(f"copying into {mask_url(url)} failed: {first}; nothing was committed") from None
+            raise StoreError(
+                f"copying into {mask_url(url)} failed: {first_line(exc)}; nothing was committed"
+            ) from None
 
 
 def _snapshot(source: Path, into: Path) -> None:

@@ -7,7 +7,7 @@ connections: its leases (advisory locks) and the notifications it listens for.
 
 from __future__ import annotations
 
-from bridge.errors import StoreError
+from bridge.errors import StoreError, first_line
 from bridge.store.cache import ActiveSessions
 from bridge.store.postgres.engine import PostgresEngine
 from bridge.store.search import TSVECTOR
@@ -51,8 +51,7 @@ class PostgresStore(DatabaseStore):
             )
         except psycopg.Error as exc:  # a refusal (InsufficientPrivilege) is no server error
             raise StoreError(
-                f"{self.engine.label} refused to end worker {worker_id}'s connections: "
-                + (str(exc).strip().splitlines() or [type(exc).__name__])[0],
+                f"{self.engine.label} refused to end worker {worker_id}'s connections: {first_line(exc)}",
                 remedy="connect every worker as one PostgreSQL role, or grant theirs pg_signal_backend",
             ) from exc
         return int(ended)

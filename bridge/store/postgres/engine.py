@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from bridge.config.base import mask_url
-from bridge.errors import StoreError
+from bridge.errors import StoreError, first_line
 from bridge.store.batch import Job, JobThread, Outcome, settle
 from bridge.store.engine import Conn, Work
 from bridge.store.postgres.dialect import PgConn
@@ -179,7 +179,7 @@ class PostgresEngine:
         try:
             return await self._on_thread(take)
         except psycopg.OperationalError as exc:
-            raise StoreError(f"{self.label}: {_first_line(exc)}", remedy=_CHECK_SERVER) from exc
+            raise StoreError(f"{self.label}: {first_line(exc)}", remedy=_CHECK_SERVER) from exc
 
     async def holds(self, name: str) -> bool:
         """Whether the connection holding `name` is still up (so the server still holds the lock)."""
@@ -458,8 +458,4 @@ def _roll_back(conn: psycopg.Connection[Any]) -> None:
 
 def _server_error(label: str, exc: BaseException) -> StoreError:
     # The server is gone, refused us or ran out of something: not the caller's fault.
-    return StoreError(f"{label}: {_first_line(exc)}", remedy=_CHECK_SERVER)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return StoreError(f"{label}: {first_line(exc)}", remedy=_CHECK_SERVER)

@@ -113,14 +113,7 @@ class PgLeases:
 
     async def is_free(self, name: str) -> bool:
         """Whether no connection holds `name` (tried and given back at once)."""
-
-        def probe(conn: Conn) -> bool:
-            taken = bool(conn.execute(*lock_sql(name)).fetchone()[0])
-            if taken:
-                conn.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", (name,))
-            return taken
-
-        return await self.run(probe)
+        return name in await self.free([name])
 
     async def free(self, names: Iterable[str]) -> set[str]:
         """Those of `names` no connection holds, in one call: each tried and given back at once. A

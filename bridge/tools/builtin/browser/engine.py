@@ -29,6 +29,7 @@ from playwright.async_api import (
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
+from bridge.errors import first_line
 from bridge.tools.builtin.browser.failure import BrowserFailure
 from bridge.tools.builtin.browser.guard import BLANK, Policy, Refusal, parse
 from bridge.tools.builtin.browser.proxy import REFUSED_HEADER, GuardProxy
@@ -77,11 +78,6 @@ CHROMIUM_ARGS = [
 ]
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 class Chromium:
     """One Chromium process, driven by one Playwright driver; every session's Tab lives in it."""
 
@@ -101,7 +97,7 @@ class Chromium:
         try:
             playwright = await async_playwright().start()
         except Exception as exc:
-            reason = f"Playwright's driver would not start: {_first_line(exc)}"
+            reason = f"Playwright's driver would not start: {first_line(exc)}"
             raise BrowserFailure("unavailable", reason) from None
         try:
             browser = await playwright.chromium.launch(
@@ -117,7 +113,7 @@ class Chromium:
             with contextlib.suppress(Exception):
                 await playwright.stop()
             raise BrowserFailure(
-                "unavailable", f"Chromium ({executable}) would not start: {_first_line(exc)}"
+                "unavailable", f"Chromium ({executable}) would not start: {first_line(exc)}"
             ) from None
         return cls(playwright, browser)
 
@@ -131,7 +127,7 @@ class Chromium:
             await tab.start(self._browser)
         except PlaywrightError as exc:
             await tab.close()
-            reason = f"Chromium could not open a context: {_first_line(exc)}"
+            reason = f"Chromium could not open a context: {first_line(exc)}"
             raise BrowserFailure("unavailable", reason) from None
         return tab
 
@@ -283,7 +279,7 @@ class Tab:
         except PlaywrightTimeoutError:
             raise BrowserFailure("timeout", f"{url} did not load within {self._timeout_s:g} s.") from None
         except PlaywrightError as exc:
-            await self._navigation_failed(page, mark, f"Could not open {url}: {_first_line(exc)}")
+            await self._navigation_failed(page, mark, f"Could not open {url}: {first_line(exc)}")
             raise AssertionError("unreachable") from None
         if response is not None and REFUSED_HEADER in response.headers:
             # A redirect the proxy refused: what shows is the proxy's own answer.
@@ -332,7 +328,7 @@ class Tab:
             reason = f"Reading the page took longer than {self._timeout_s:g} s."
             raise BrowserFailure("timeout", reason) from None
         except PlaywrightError as exc:
-            reason = f"Could not read the page: {_first_line(exc)}"
+            reason = f"Could not read the page: {first_line(exc)}"
             raise BrowserFailure("navigation_failed", reason) from None
         self._nonce, self._ref_page, self._refs = nonce, page, refs
         return Snapshot(
@@ -372,7 +368,7 @@ class Tab:
                 "moving?); call snapshot() to look again.",
             ) from None
         except PlaywrightError as exc:
-            raise BrowserFailure("action_failed", f"Could not click [{n}]: {_first_line(exc)}") from None
+            raise BrowserFailure("action_failed", f"Could not click [{n}]: {first_line(exc)}") from None
         finally:
             context.remove_listener("request", navigating)
         current = self._pages[-1] if self._pages else page
@@ -416,7 +412,7 @@ class Tab:
                 "timeout", f"Typing into [{n}] did not finish within {self._timeout_s:g} s."
             ) from None
         except PlaywrightError as exc:
-            raise BrowserFailure("action_failed", f"Could not type into [{n}]: {_first_line(exc)}") from None
+            raise BrowserFailure("action_failed", f"Could not type into [{n}]: {first_line(exc)}") from None
         return tag, kind
 
     async def screenshot(self, path: Path) -> tuple[str, str]:
@@ -428,7 +424,7 @@ class Tab:
             reason = f"The screenshot took longer than {self._timeout_s:g} s."
             raise BrowserFailure("timeout", reason) from None
         except PlaywrightError as exc:
-            reason = f"Could not take a screenshot: {_first_line(exc)}"
+            reason = f"Could not take a screenshot: {first_line(exc)}"
             raise BrowserFailure("action_failed", reason) from None
         return page.url, await self._title(page)
 
