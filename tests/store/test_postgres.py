@@ -468,7 +468,10 @@ def hang_up(*, read: bool) -> Callable[[Any], Any]:
     failure surfaces before COMMIT is sent)."""
 
     def work(conn: Any) -> Any:
-        cursor = conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        # After a pause on the server, by which the client has sent what the batch holds (COMMIT
+        # too, where nothing before it is read): ended at once, the connection could fail while the
+        # batch was still being sent, before COMMIT, and be run again alone (rarely, under load).
+        cursor = conn.execute("SELECT pg_terminate_backend(pg_backend_pid()) FROM pg_sleep(0.2)")
         return cursor.fetchall() if read else None
 
     return work
