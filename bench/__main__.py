@@ -11,6 +11,7 @@ from typing import Any
 
 from bench import (
     http_throughput,
+    idle_worker,
     memory,
     memory_search,
     real_model,
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[bool], Awaitable[dict[str, Any]]]] = {
     "round_trips": round_trips.run,
     "scale": scale.run,
     "telegram_turn": telegram_turn.run,
+    "idle_worker": idle_worker.run,
 }
 
 

@@ -23,6 +23,18 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[rank - 1]
 
 
+def status_mb(pid: int | str, field: str) -> float | None:
+    """A size from /proc/<pid>/status in MB (`VmRSS`: resident now, `VmHWM`: its peak); None where
+    that cannot be read (not Linux, or the process is gone). `pid` "self" is this process."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def machine() -> dict[str, Any]:
     """The facts a figure needs to be read against."""
     return {

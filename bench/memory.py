@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, table, write_results
+from bench.common import RESULTS, status_mb, table, write_results
 from bench.throughput import BenchModel, NullSender, settings_for
 from bridge.app import Bridge
 from bridge.events import Inbound
@@ -28,13 +28,8 @@ TARGET_MB = 20.0
 
 def rss_mb() -> float:
     """Resident set size now (Linux /proc), else the peak from getrusage."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    now = status_mb("self", "VmRSS")
+    return now if now is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def settled_rss() -> float:

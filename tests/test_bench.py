@@ -22,6 +22,7 @@ NAMES = [
     "round_trips",
     "scale",
     "telegram_turn",
+    "idle_worker",
 ]
 
 

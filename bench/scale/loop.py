@@ -4,6 +4,7 @@ answer to the last one arrives, so the load is what Bridge can take, not what th
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,11 +47,16 @@ class ClosedLoop:
     the same loop pass rather than at a poll.
     """
 
-    def __init__(self, tg: Any, chats: int) -> None:
+    def __init__(self, tg: Any, chats: int, *, one_turn_each: int | None = None) -> None:
+        """`one_turn_each`: instead, this many chats in all, each with one turn, `chats` of them at a
+        time: an answer's next message comes from a chat not yet heard from (bench/idle_worker.py)."""
         self.tg = tg
         self.chats = range(FIRST_USER, FIRST_USER + chats)
         self._asked: dict[int, tuple[str, float]] = {}
-        self._turn = dict.fromkeys(self.chats, 0)
+        self._turn: dict[int, int] = collections.defaultdict(int)
+        self._fresh = (
+            None if one_turn_each is None else iter(range(FIRST_USER + chats, FIRST_USER + one_turn_each))
+        )
         self.answered = 0
         self.window: Window | None = None
         self._progress = asyncio.Event()
@@ -93,4 +99,7 @@ class ClosedLoop:
         if window is not None and window.ended is None:
             window.turns += 1
             window.latencies.append(now - asked[1])
-        self._ask(record["chat_id"])
+        if self._fresh is None:
+            self._ask(record["chat_id"])
+        elif (chat := next(self._fresh, None)) is not None:
+            self._ask(chat)
