@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -347,3 +350,23 @@ async def test_an_answer_streams_into_one_message_edited_at_the_platforms_rate(
     # At least one edit while it streamed, and never more than the rate allows (plus the reply's).
     assert 2 <= len(edits) <= took / 0.3 + 2
     assert [c for c in tg.methods() if c == "sendmessage"] == ["sendmessage"]
+
+
+def test_the_adapter_loads_without_cryptography_which_others_can_still_import() -> None:
+    """PTB loads cryptography only for Telegram Passport, which Bridge never uses: a worker does not
+    carry it (8 MB of its resident size), and the MCP SDK's JWT support can import it all the same."""
+    code = (
+        "import sys\n"
+        "import adapters.telegram, telegram, telegram.ext\n"
+        "assert not [m for m in sys.modules if m.startswith('cryptography')], 'loaded'\n"
+        "from cryptography.hazmat.primitives import hashes\n"
+        "print(hashes.SHA256.name)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parent.parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "sha256", done.stderr[-2000:]
